@@ -1,0 +1,16 @@
+"""The `linkemu` command line: parses, calls the library, prints."""
+
+from __future__ import annotations
+
+import click
+
+from nestednet.cli.output import ErrorHandlingGroup
+
+
+@click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """linkemu: give every client<->server direction its own rate, delay, jitter and loss.
+
+    An Open vSwitch bridge becomes a router through the os-ken (Ryu) REST router
+    app; Linux tc shapes each direction of each link, changeable at runtime.
+    """

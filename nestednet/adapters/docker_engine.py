@@ -1,0 +1,88 @@
+"""Thin adapter over the Docker SDK: connecting, with errors a user can act on.
+
+The host engine and every node's inner engine are both reached through here, so a
+down engine reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import docker
+import docker.errors
+
+from nestednet.errors import EnvironmentProblem
+
+HOST_SOCKET = "unix:///var/run/docker.sock"
+
+
+def connect(base_url: str = HOST_SOCKET, *, timeout: int = 120) -> docker.DockerClient:
+    """Return a client for the engine at ``base_url`` after checking it answers."""
+    try:
+        client = docker.DockerClient(base_url=base_url, timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(
+            f"Docker engine not reachable at {base_url}: {_short(exc)}",
+            hint="start it with `scripts/setup` (or `dockerd &`), then check `nestednet doctor`",
+        ) from exc
+    return client
+
+
+def engine_version(client: docker.DockerClient) -> str:
+    return str(client.version().get("Version", "unknown"))
+
+
+def image_exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    if "Connection refused" in text or "No such file" in text or "FileNotFoundError" in text:
+        return "no engine is listening"
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def explain(exc: Exception) -> str:
+    """The useful part of a Docker API error (the daemon's own explanation)."""
+    text = getattr(exc, "explanation", None) or str(exc)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:300]
+
+
+def start_container(client: docker.DockerClient, image: str, *, name: str,
+                    labels: dict[str, str], security: dict | None = None,
+                    command: list[str] | None = None, entrypoint: list[str] | None = None,
+                    environment: dict[str, str] | None = None,
+                    binds: dict[str, dict] | None = None, network_mode: str = "none",
+                    mem_limit: str | int | None = None, nano_cpus: int | None = None,
+                    hostname: str | None = None, tmpfs: dict[str, str] | None = None,
+                    ) -> docker.models.containers.Container:
+    """Create and start a container through the low-level API.
+
+    Low-level because `--security-opt systempaths=unconfined` is a CLI-side option:
+    the engine only knows the empty MaskedPaths/ReadonlyPaths it stands for, which
+    the SDK's high-level run() cannot express. ``security`` takes cap_add, cap_drop,
+    security_opt, devices, privileged and unmask_system_paths.
+    """
+    security = dict(security or {})
+    unmask = security.pop("unmask_system_paths", False)
+    host_config = client.api.create_host_config(
+        binds=binds, network_mode=network_mode, mem_limit=mem_limit, nano_cpus=nano_cpus,
+        tmpfs=tmpfs, **security)
+    if unmask:
+        host_config["MaskedPaths"] = []
+        host_config["ReadonlyPaths"] = []
+    created = client.api.create_container(
+        image, command=command, name=name, labels=labels, host_config=host_config,
+        environment=environment, entrypoint=entrypoint, hostname=hostname, detach=True)
+    try:
+        client.api.start(created["Id"])
+    except docker.errors.DockerException:
+        client.api.remove_container(created["Id"], force=True)
+        raise
+    return client.containers.get(created["Id"])

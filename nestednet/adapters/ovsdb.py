@@ -1,0 +1,94 @@
+"""Thin adapter over OVSDB (python-ovs through ovsdbapp): bridges and ports.
+
+The host's main bridge and each node's internal bridge (whose ovsdb socket the node
+parent publishes) are driven through the same class. Every bridge and port we make
+carries our labels in external_ids, which is how cleanup finds exactly ours.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+from nestednet.errors import EnvironmentProblem
+
+HOST_DB = "unix:/var/run/openvswitch/db.sock"
+
+_CONNECT_LOCK = threading.Lock()
+
+
+class Ovsdb:
+    """A connection to one ovsdb-server (Open_vSwitch database)."""
+
+    def __init__(self, remote: str = HOST_DB, *, timeout: int = 10) -> None:
+        from ovsdbapp.backend.ovs_idl import connection
+        from ovsdbapp.schema.open_vswitch import impl_idl
+
+        self.remote = remote
+        try:
+            with _CONNECT_LOCK:
+                idl = connection.OvsdbIdl.from_server(remote, "Open_vSwitch")
+                self._conn = connection.Connection(idl=idl, timeout=timeout)
+                self.api = impl_idl.OvsdbIdl(self._conn)
+        except Exception as exc:
+            raise EnvironmentProblem(
+                f"Open vSwitch database not reachable at {remote}: {exc}",
+                hint="start Open vSwitch (scripts/setup does), then check `nestednet doctor`",
+            ) from exc
+
+    def close(self) -> None:
+        self._conn.stop(timeout=5)
+
+    def __enter__(self) -> Ovsdb:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ovs_version(self) -> str:
+        rows = self.api.db_list("Open_vSwitch", columns=["ovs_version"]).execute(check_error=True)
+        return str(rows[0].get("ovs_version") or "unknown") if rows else "unknown"
+
+    def add_bridge(self, name: str, *, datapath_type: str, external_ids: Mapping[str, str],
+                   protocols: tuple[str, ...] = ("OpenFlow13",),
+                   fail_mode: str = "secure") -> None:
+        """Create a bridge. fail_mode=secure: no NORMAL flow, so it forwards nothing until told."""
+        with self.api.transaction(check_error=True) as txn:
+            txn.add(self.api.add_br(name, may_exist=False, datapath_type=datapath_type))
+            txn.add(self.api.db_set("Bridge", name, ("external_ids", dict(external_ids)),
+                                    ("protocols", list(protocols)), ("fail_mode", fail_mode)))
+
+    def add_port(self, bridge: str, port: str, *, external_ids: Mapping[str, str],
+                 ofport: int | None = None, iface_type: str | None = None) -> None:
+        with self.api.transaction(check_error=True) as txn:
+            txn.add(self.api.add_port(bridge, port, may_exist=False))
+            txn.add(self.api.db_set("Port", port, ("external_ids", dict(external_ids))))
+            iface: list = [("external_ids", dict(external_ids))]
+            if ofport is not None:
+                iface.append(("ofport_request", ofport))
+            if iface_type is not None:
+                iface.append(("type", iface_type))
+            txn.add(self.api.db_set("Interface", port, *iface))
+
+    def del_port(self, port: str) -> None:
+        self.api.del_port(port, if_exists=True).execute(check_error=True)
+
+    def del_bridge(self, name: str) -> None:
+        self.api.del_br(name, if_exists=True).execute(check_error=True)
+
+    def bridges(self) -> dict[str, dict[str, str]]:
+        """Every bridge with its external_ids."""
+        rows = self.api.db_list("Bridge", columns=["name", "external_ids"]).execute(
+            check_error=True)
+        return {r["name"]: dict(r["external_ids"]) for r in rows}
+
+    def ports(self) -> dict[str, dict[str, str]]:
+        rows = self.api.db_list("Port", columns=["name", "external_ids"]).execute(
+            check_error=True)
+        return {r["name"]: dict(r["external_ids"]) for r in rows}
+
+    def ofport(self, iface: str) -> int:
+        value = self.api.db_get("Interface", iface, "ofport").execute(check_error=True)
+        if isinstance(value, list):
+            value = value[0] if value else -1
+        return int(value)

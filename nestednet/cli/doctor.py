@@ -1,0 +1,55 @@
+"""`nestednet doctor`: the capability report."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nestednet import capabilities
+from nestednet.cli.output import out_console, print_json
+
+
+def register(group: click.Group) -> None:
+    group.add_command(doctor)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor(as_json: bool) -> None:
+    """Report what this machine can do (Docker, cgroups, OVS, qdiscs, router, VM).
+
+    Each line is OK or MISSING with the fix. Exit status 0 when everything
+    `nestednet create` needs is there, 1 otherwise.
+    """
+    image = _probe_image()
+    checks = capabilities.report(image)
+    ready = capabilities.ready_for_create(checks)
+    if as_json:
+        print_json({"ready_for_create": ready, "checks": [c.as_dict() for c in checks]})
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            status = "[green]OK     [/]" if c.ok else "[red]MISSING[/]"
+            out_console.print(f"{status}  {c.name:<{width}}  {c.detail}", soft_wrap=True)
+            if c.fix:
+                out_console.print(f"         {'':<{width}}  fix: {c.fix}", soft_wrap=True)
+        verdict = "ready for `nestednet create`" if ready else "NOT ready for `nestednet create`"
+        out_console.print(f"\n{verdict}")
+    sys.exit(0 if ready else 1)
+
+
+def _probe_image() -> str | None:
+    """An image to probe container privileges with, if the engine has one of ours."""
+    from nestednet import images
+    from nestednet.adapters import docker_engine
+    from nestednet.errors import EnvironmentProblem
+
+    try:
+        client = docker_engine.connect(timeout=10)
+    except EnvironmentProblem:
+        return None
+    for tag in (images.COMPONENT_IMAGE, images.BOOTSTRAP_BASE, images.STOCK_BASE):
+        if docker_engine.image_exists(client, tag):
+            return tag
+    return None

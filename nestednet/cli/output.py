@@ -1,0 +1,36 @@
+"""Shared output conventions: errors to stderr with exit codes, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from nestednet.errors import NestedNetError
+
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+
+class ErrorHandlingGroup(click.Group):
+    """Turns NestedNetError into `error: message` (+ hint) and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NestedNetError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+            if exc.hint:
+                err_console.print(f"  hint: {exc.hint}", soft_wrap=True)
+            sys.exit(exc.exit_code)
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def progress(message: str) -> None:
+    err_console.print(f"[dim]·[/] {message}", soft_wrap=True)

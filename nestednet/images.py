@@ -1,0 +1,209 @@
+"""Building the images NestedNet runs: a base, the component image and the node parent.
+
+No registry may be reachable (PLATFORM.md), so the base image is a build argument:
+a stock image when one is present or can be pulled, otherwise one made here from
+Debian packages with debootstrap and `docker import`. Each image is labelled with a
+hash of its inputs, so a second build with nothing changed does no work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet import LABEL_PREFIX
+from nestednet.adapters import docker_engine
+from nestednet.errors import EnvironmentProblem, UsageError
+
+STOCK_BASE = "debian:bookworm-slim"
+BOOTSTRAP_BASE = "nestednet/base:bookworm"
+COMPONENT_IMAGE = "nestednet/component:latest"
+DIND_IMAGE = "nestednet/dind:latest"
+INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
+CACHE_DIR = Path("/var/lib/nestednet/images")
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image built from a Dockerfile in the source tree."""
+
+    tag: str
+    dockerfile: str
+    inputs: tuple[str, ...]
+    """Files and folders (relative to the source root) whose content defines the image."""
+
+
+SPECS = (
+    ImageSpec(COMPONENT_IMAGE, "images/component/Dockerfile",
+              ("images/component", "nestednet/agent")),
+    ImageSpec(DIND_IMAGE, "Dockerfile.dind", ("Dockerfile.dind", "images/dind")),
+)
+
+
+@dataclass
+class BuildResult:
+    tag: str
+    image_id: str
+    size_mb: float
+    cached: bool
+
+
+def source_root() -> Path:
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "Dockerfile.dind").exists():
+        raise EnvironmentProblem(
+            "image sources not found: `nestednet images build` needs the NestedNet source "
+            f"tree (looked for Dockerfile.dind in {root})")
+    return root
+
+
+def inputs_hash(root: Path, paths: Iterable[str], base_id: str) -> str:
+    digest = hashlib.sha256(base_id.encode())
+    for rel in sorted(paths):
+        target = root / rel
+        files = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            digest.update(str(f.relative_to(root)).encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def resolve_base(client: docker.DockerClient, requested: str | None, report: Report) -> str:
+    """Pick the base image: the one asked for, a stock one, or one bootstrapped here."""
+    if requested:
+        if docker_engine.image_exists(client, requested):
+            return requested
+        report(f"base image {requested}: pulling")
+        try:
+            client.images.pull(requested)
+        except docker.errors.DockerException as exc:
+            raise UsageError(f"base image {requested} is not present and cannot be pulled: "
+                             f"{str(exc).splitlines()[0][:160]}") from exc
+        return requested
+    for candidate in (STOCK_BASE, BOOTSTRAP_BASE):
+        if docker_engine.image_exists(client, candidate):
+            report(f"base image {candidate}: present")
+            return candidate
+    try:
+        client.images.pull(STOCK_BASE)
+        report(f"base image {STOCK_BASE}: pulled")
+        return STOCK_BASE
+    except docker.errors.DockerException:
+        report(f"base image: no registry reachable, building {BOOTSTRAP_BASE} with debootstrap")
+    bootstrap_base(client, report)
+    return BOOTSTRAP_BASE
+
+
+def bootstrap_base(client: docker.DockerClient, report: Report) -> None:
+    if shutil.which("debootstrap") is None:
+        raise EnvironmentProblem("debootstrap is needed to make a base image without a registry",
+                                 hint="apt-get install debootstrap (scripts/setup does)")
+    with tempfile.TemporaryDirectory(prefix="nestednet-rootfs-", dir="/var/tmp") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        report("debootstrap --variant=minbase bookworm (about 30 s)")
+        done = subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join(done.stdout.splitlines()[-5:] + done.stderr.splitlines()[-5:])
+            raise EnvironmentProblem(f"debootstrap failed:\n{tail}")
+        archive = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(archive), "."],
+                       check=True)
+        report(f"docker import -> {BOOTSTRAP_BASE}")
+        repo, tag = BOOTSTRAP_BASE.split(":")
+        client.api.import_image(src=str(archive), repository=repo, tag=tag)
+
+
+def _stream_build(client: docker.DockerClient, root: Path, spec: ImageSpec, base: str,
+                  labels: dict[str, str], report: Report, verbose: bool) -> None:
+    last_error = None
+    for chunk in client.api.build(path=str(root), dockerfile=spec.dockerfile, tag=spec.tag,
+                                  buildargs={"BASE_IMAGE": base}, labels=labels, rm=True,
+                                  forcerm=True, decode=True):
+        if "error" in chunk:
+            last_error = chunk["error"].strip()
+        line = chunk.get("stream", "").rstrip()
+        if line and (verbose or line.startswith("Step ")):
+            report(f"  {spec.tag}: {line}")
+    if last_error:
+        raise EnvironmentProblem(f"building {spec.tag} failed: {last_error}")
+
+
+def build_all(*, base_image: str | None = None, force: bool = False, verbose: bool = False,
+              report: Report = print) -> list[BuildResult]:
+    """Build (or reuse) every image; returns what each is and whether it was cached."""
+    root = source_root()
+    client = docker_engine.connect()
+    base = resolve_base(client, base_image, report)
+    base_id = client.images.get(base).id
+    results = []
+    for spec in SPECS:
+        wanted = inputs_hash(root, (*spec.inputs, spec.dockerfile), base_id)
+        cached = False
+        if not force and docker_engine.image_exists(client, spec.tag):
+            cached = client.images.get(spec.tag).labels.get(INPUTS_LABEL) == wanted
+        if cached:
+            report(f"{spec.tag}: up to date (cached)")
+        else:
+            report(f"{spec.tag}: building from {spec.dockerfile} on {base}")
+            _stream_build(client, root, spec, base, {INPUTS_LABEL: wanted}, report, verbose)
+        image = client.images.get(spec.tag)
+        results.append(BuildResult(spec.tag, image.short_id, image.attrs["Size"] / 1e6, cached))
+    return results
+
+
+def list_images() -> list[dict]:
+    client = docker_engine.connect()
+    rows = []
+    for tag in (STOCK_BASE, BOOTSTRAP_BASE, *(s.tag for s in SPECS)):
+        try:
+            image = client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            rows.append({"tag": tag, "present": False})
+            continue
+        rows.append({"tag": tag, "present": True, "id": image.short_id,
+                     "size_mb": round(image.attrs["Size"] / 1e6, 1),
+                     "created": image.attrs.get("Created", "")[:19]})
+    return rows
+
+
+def require(client: docker.DockerClient, tag: str) -> docker.models.images.Image:
+    """The image ``tag``, or a clear error that says how to build it."""
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound as exc:
+        raise EnvironmentProblem(f"image {tag} is missing",
+                                 hint="build it with `nestednet images build`") from exc
+
+
+def component_archive(client: docker.DockerClient) -> Path:
+    """The component image as a `docker save` archive, made once per image id.
+
+    Every node's inner engine loads this file; keeping one copy per image id means
+    a rebuilt image is never confused with an old archive.
+    """
+    image = require(client, COMPONENT_IMAGE)
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    path = CACHE_DIR / f"component-{image.id.split(':')[1][:16]}.tar"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as out:
+            for chunk in image.save(named=True):
+                out.write(chunk)
+        tmp.rename(path)
+        for old in CACHE_DIR.glob("component-*.tar"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,16 @@
+"""Shared test set-up: markers are enforced, and system/kernel tests need root."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marks = {m.name for m in item.iter_markers()} & {"unit", "system", "kernel"}
+        if not marks:
+            raise pytest.UsageError(f"{item.nodeid}: every test needs one of unit/system/kernel")
+        if marks & {"system", "kernel"} and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason="needs root"))
