@@ -14,3 +14,11 @@ def main() -> None:
     An Open vSwitch bridge becomes a router through the os-ken (Ryu) REST router
     app; Linux tc shapes each direction of each link, changeable at runtime.
     """
+
+
+def _register() -> None:
+    # Each command module adds its commands here: from linkemu.cli import x; x.register(main)
+    pass
+
+
+_register()

@@ -1,0 +1,61 @@
+"""The link table: what linkemu is asked to emulate, as plain values.
+
+Both input formats (the thesis's Linksimulation file and the native format) parse
+into this, and everything downstream (router plan, tc plan, `show`) reads it. No
+side effects here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from ipaddress import IPv4Address
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The properties of one direction of one link."""
+
+    rate_bps: int
+    delay_us: int = 0
+    jitter_us: int = 0
+    loss_pct: float = 0.0
+
+    def with_changes(self, **changes: int | float) -> Shape:
+        return replace(self, **changes)
+
+
+FORWARD = "forward"
+"""client -> server: shaped on the emulator port facing the server."""
+BACKWARD = "backward"
+"""server -> client: shaped on the emulator port facing the clients."""
+DIRECTIONS = (FORWARD, BACKWARD)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One client<->server pair through one router, with a shape per direction."""
+
+    router: str
+    client: str
+    client_ip: IPv4Address
+    server_ip: IPv4Address
+    forward: Shape
+    backward: Shape
+
+    @property
+    def name(self) -> str:
+        return f"{self.router}-{self.client}"
+
+    def shape(self, direction: str) -> Shape:
+        return self.forward if direction == FORWARD else self.backward
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    links: tuple[Link, ...]
+
+    def by_name(self) -> dict[str, Link]:
+        return {link.name: link for link in self.links}
+
+    def routers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(link.router for link in self.links))
