@@ -51,8 +51,25 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Emulator:
+    """Where linkemu acts: the OVS bridge made a router, and its two host-side ports.
+
+    Forward shaping sits on ``server_port`` egress, backward on ``client_port`` egress.
+    The defaults are the names `linkemu testbed up` creates.
+    """
+
+    bridge: str = "le-br"
+    client_port: str = "le-cli"
+    server_port: str = "le-srv"
+
+    def port_for(self, direction: str) -> str:
+        return self.server_port if direction == FORWARD else self.client_port
+
+
+@dataclass(frozen=True)
 class LinkTable:
     links: tuple[Link, ...]
+    emulator: Emulator = Emulator()
 
     def by_name(self) -> dict[str, Link]:
         return {link.name: link for link in self.links}
