@@ -230,8 +230,11 @@ def qdisc_checks() -> list[Check]:
 
 def router_check() -> Check:
     code = "import linkemu.os_ken_compat as c; c.import_rest_router(); print(c.os_ken_version())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+    except OSError as exc:
+        return Check("router", False, f"could not run {sys.executable}: {exc}")
     if done.returncode == 0:
         return Check("router", True, f"os-ken {done.stdout.strip()} rest_router importable")
     last = (done.stderr.strip().splitlines() or ["unknown error"])[-1]

@@ -6,6 +6,8 @@ down engine reads the same everywhere.
 
 from __future__ import annotations
 
+import os
+
 import docker
 import docker.errors
 
@@ -14,8 +16,12 @@ from nestednet.errors import EnvironmentProblem
 HOST_SOCKET = "unix:///var/run/docker.sock"
 
 
-def connect(base_url: str = HOST_SOCKET, *, timeout: int = 120) -> docker.DockerClient:
-    """Return a client for the engine at ``base_url`` after checking it answers."""
+def connect(base_url: str | None = None, *, timeout: int = 120) -> docker.DockerClient:
+    """Return a client for the engine at ``base_url`` after checking it answers.
+
+    The host engine is $DOCKER_HOST when set, as for the docker CLI.
+    """
+    base_url = base_url or os.environ.get("DOCKER_HOST") or HOST_SOCKET
     try:
         client = docker.DockerClient(base_url=base_url, timeout=timeout)
         client.ping()
@@ -41,6 +47,8 @@ def image_exists(client: docker.DockerClient, ref: str) -> bool:
 
 def _short(exc: Exception) -> str:
     text = str(exc)
+    if "Permission denied" in text:
+        return "permission denied on the socket (run as root)"
     if "Connection refused" in text or "No such file" in text or "FileNotFoundError" in text:
         return "no engine is listening"
     return text.splitlines()[0][:200] if text else type(exc).__name__

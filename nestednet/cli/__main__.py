@@ -1,0 +1,3 @@
+from nestednet.cli import main
+
+main()

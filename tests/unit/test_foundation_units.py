@@ -1,0 +1,61 @@
+"""Pure pieces of the foundation: version ordering, input hashing, readiness, help text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from linkemu.cli import main as linkemu_main
+from nestednet import capabilities, images
+from nestednet.capabilities import Check
+from nestednet.cli import main as nestednet_main
+
+pytestmark = pytest.mark.unit
+
+
+def test_kernel_versions_sort_numerically():
+    paths = ["/boot/vmlinuz-6.1.0-9-amd64", "/boot/vmlinuz-6.1.0-56-amd64",
+             "/boot/vmlinuz-5.10.0-30-amd64"]
+    newest = sorted(paths, key=capabilities._version_key, reverse=True)
+    assert newest[0].endswith("6.1.0-56-amd64")
+    assert newest[-1].endswith("5.10.0-30-amd64")
+
+
+def test_ready_for_create_ignores_optional_checks():
+    checks = [Check("docker", True, "", needed_for_create=True),
+              Check("qdisc:netem", False, "MISSING")]
+    assert capabilities.ready_for_create(checks)
+    checks.append(Check("ovs", False, "down", needed_for_create=True))
+    assert not capabilities.ready_for_create(checks)
+
+
+def test_inputs_hash_follows_content(tmp_path: Path):
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "Dockerfile").write_text("FROM x\n")
+    first = images.inputs_hash(tmp_path, ["img"], "sha256:base")
+    assert images.inputs_hash(tmp_path, ["img"], "sha256:base") == first
+    assert images.inputs_hash(tmp_path, ["img"], "sha256:other-base") != first
+    (tmp_path / "img" / "Dockerfile").write_text("FROM y\n")
+    assert images.inputs_hash(tmp_path, ["img"], "sha256:base") != first
+
+
+def test_inputs_hash_ignores_bytecode(tmp_path: Path):
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    before = images.inputs_hash(tmp_path, ["pkg"], "b")
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert images.inputs_hash(tmp_path, ["pkg"], "b") == before
+
+
+@pytest.mark.parametrize("cli", [nestednet_main, linkemu_main])
+def test_help_lists_commands_with_explanations(cli):
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+    commands = result.output.split("Commands:")[1].strip().splitlines()
+    assert commands, result.output
+    for line in commands:
+        name, _, explanation = line.strip().partition(" ")
+        assert explanation.strip(), f"command {name} has no one-line explanation"
