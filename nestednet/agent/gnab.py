@@ -1,0 +1,252 @@
+"""The GNAB agent: the node's side of link negotiation with the communication assistant.
+
+It knows its iPHYs, tells the CA who it is, keeps the CA's latest view of which
+peers it can see, and asks for links from free iPHYs toward visible peers it is not
+yet linked with, trying other peers after a LINK_FAIL. The CA decides; the agent
+only asks, records and reports. It survives a CA restart by reconnecting and saying
+HELLO again with the links it believes in, and the CA reconciles.
+
+Single-threaded (one selector loop), standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nestednet.agent import protocol as p
+
+log = logging.getLogger("nestednet.agent")
+
+# LINK_FAIL reasons after which this peer is not asked again until visibility changes.
+_PEER_REFUSED = {"link_exists", "no_free_iphy", "mutual_already_won", "not_visible",
+                 "unknown_node", "same_node"}
+
+
+@dataclass
+class AgentConfig:
+    node: str
+    ca_host: str
+    ca_port: int
+    iphys: dict[str, str]
+    """iPHY name -> its intra-node address (what the agent polls)."""
+    poll_interval: float = 2.0
+    """Seconds between iPHY polls; 0 trusts the inventory without polling."""
+    state_file: Path | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
+        env = dict(os.environ if env is None else env)
+        host, _, port = env["NESTEDNET_CA"].rpartition(":")
+        iphys = dict(item.split("=", 1) for item in env["NESTEDNET_IPHYS"].split(",") if item)
+        state = env.get("NESTEDNET_AGENT_STATE", "/run/nestednet/agent.json")
+        return cls(node=env["NESTEDNET_NODE"], ca_host=host, ca_port=int(port), iphys=iphys,
+                   poll_interval=float(env.get("NESTEDNET_POLL_S", "2")),
+                   state_file=Path(state) if state else None)
+
+
+@dataclass
+class AgentState:
+    """What the agent believes; written to the state file for `nestednet status`."""
+
+    node: str
+    node_id: int | None = None
+    control_ip: str | None = None
+    iphys_up: dict[str, bool] = field(default_factory=dict)
+    links: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """peer node -> (local iPHY, peer iPHY)."""
+    visible: list[str] = field(default_factory=list)
+    step: int = -1
+    refused: set[str] = field(default_factory=set)
+    pending: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """req_id -> (peer, local iPHY) for requests not yet answered."""
+    connected: bool = False
+
+    def free_iphys(self) -> list[str]:
+        used = {local for local, _ in self.links.values()}
+        used |= {iphy for _, iphy in self.pending.values()}
+        return [name for name, up in sorted(self.iphys_up.items()) if up and name not in used]
+
+    def wanted_requests(self) -> list[tuple[str, str]]:
+        """(peer, local iPHY) pairs to ask for now: free iPHYs toward untried visible peers."""
+        asked = {peer for peer, _ in self.pending.values()}
+        peers = [peer for peer in self.visible
+                 if peer != self.node and peer not in self.links and peer not in asked
+                 and peer not in self.refused]
+        return list(zip(peers, self.free_iphys(), strict=False))
+
+    def as_dict(self) -> dict:
+        return {
+            "node": self.node, "node_id": self.node_id, "control_ip": self.control_ip,
+            "connected": self.connected, "step": self.step, "visible": self.visible,
+            "iphys": self.iphys_up,
+            "links": [{"peer": peer, "local_iphy": local, "peer_iphy": remote}
+                      for peer, (local, remote) in sorted(self.links.items())],
+            "pending": [{"req_id": r, "peer": peer, "local_iphy": iphy}
+                        for r, (peer, iphy) in sorted(self.pending.items())],
+        }
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.state = AgentState(node=config.node,
+                                iphys_up=dict.fromkeys(config.iphys, config.poll_interval <= 0))
+        self._sock: socket.socket | None = None
+        self._reader = p.LineReader()
+        self._next_req = 1
+        self._selector = selectors.DefaultSelector()
+        self._stop = False
+
+    # --- decisions -----------------------------------------------------------------
+
+    def handle(self, message: dict) -> list[bytes]:
+        """Apply one CA message to the state; return the messages to send back."""
+        kind = message["type"]
+        st = self.state
+        if kind == p.ID:
+            st.node_id, st.control_ip = message["node_id"], message["control_ip"]
+            st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
+                        for link in message["links"]}
+            st.pending.clear()
+        elif kind == p.VISIBILITY:
+            st.step, st.visible = message["step"], sorted(message["peers"])
+            st.refused.clear()
+        elif kind == p.LINK_OK:
+            st.pending.pop(message["req_id"], None)
+            st.links[message["dst_node"]] = (message["src_iphy"], message["dst_iphy"])
+        elif kind == p.LINK_FAIL:
+            st.pending.pop(message["req_id"], None)
+            if message["reason"] in _PEER_REFUSED:
+                st.refused.add(message["dst_node"])
+        elif kind == p.LINK_UP:
+            st.links[message["peer"]] = (message["local_iphy"], message["peer_iphy"])
+        elif kind == p.LINK_DOWN:
+            st.links.pop(message["peer"], None)
+        elif kind == p.ERROR:
+            log.warning("CA reported an error: %s", message["error"])
+        return self._requests()
+
+    def _requests(self) -> list[bytes]:
+        out = []
+        for peer, iphy in self.state.wanted_requests():
+            req_id = self._next_req
+            self._next_req += 1
+            self.state.pending[req_id] = (peer, iphy)
+            out.append(p.encode(p.LINK_REQ, req_id=req_id, src_node=self.config.node,
+                                dst_node=peer, src_iphy=iphy))
+        return out
+
+    def hello(self) -> bytes:
+        iphys = [{"name": name, "inter_ip": addr, "up": self.state.iphys_up.get(name, False)}
+                 for name, addr in sorted(self.config.iphys.items())]
+        links = self.state.as_dict()["links"]
+        return p.encode(p.HELLO, node=self.config.node, iphys=iphys, links=links)
+
+    # --- iPHY polling --------------------------------------------------------------
+
+    def poll_iphys(self) -> bool:
+        """Ping every iPHY over the intra-node net; True when the inventory changed."""
+        changed = False
+        for name, address in self.config.iphys.items():
+            up = subprocess.run(["ping", "-c", "1", "-W", "1", "-q", address],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                check=False).returncode == 0
+            changed |= self.state.iphys_up.get(name) != up
+            self.state.iphys_up[name] = up
+        return changed
+
+    # --- I/O -----------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        sock = socket.create_connection((self.config.ca_host, self.config.ca_port), timeout=3)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        self._sock = sock
+        self._reader = p.LineReader()
+        self._selector.register(sock, selectors.EVENT_READ)
+        self.state.connected = True
+        self.state.pending.clear()
+        self._send([self.hello()])
+        log.info("connected to CA %s:%s", self.config.ca_host, self.config.ca_port)
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._selector.unregister(self._sock)
+            self._sock.close()
+        self._sock = None
+        self.state.connected = False
+
+    def _send(self, messages: list[bytes]) -> None:
+        if self._sock is None or not messages:
+            return
+        data = b"".join(messages)
+        self._sock.setblocking(True)
+        try:
+            self._sock.sendall(data)
+        finally:
+            self._sock.setblocking(False)
+
+    def _write_state(self) -> None:
+        path = self.config.state_file
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state.as_dict(), indent=1))
+        tmp.replace(path)
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def run(self) -> None:
+        """Serve until stop(): connect, read, answer, poll; reconnect with back-off."""
+        backoff = 0.2
+        next_poll = 0.0
+        while not self._stop:
+            now = time.monotonic()
+            if self.config.poll_interval > 0 and now >= next_poll:
+                if self.poll_iphys() and self._sock is not None:
+                    self._send([self.hello()])
+                next_poll = now + self.config.poll_interval
+            if self._sock is None:
+                try:
+                    self._connect()
+                    backoff = 0.2
+                except OSError as exc:
+                    log.info("CA not reachable (%s); retrying in %.1f s", exc, backoff)
+                    self._write_state()
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+            for _key, _ in self._selector.select(timeout=0.5):
+                try:
+                    data = self._sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    log.info("CA closed the connection")
+                    self._disconnect()
+                    break
+                try:
+                    lines = self._reader.feed(data)
+                    out = []
+                    for line in lines:
+                        try:
+                            out += self.handle(p.decode(line))
+                        except p.ProtocolError as exc:
+                            log.warning("ignoring bad message from CA: %s", exc)
+                    self._send(out)
+                except (p.ProtocolError, OSError) as exc:
+                    log.warning("dropping connection: %s", exc)
+                    self._disconnect()
+                    break
+            self._write_state()
+        self._disconnect()

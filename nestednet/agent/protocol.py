@@ -1,0 +1,104 @@
+"""The CA <-> GNAB control protocol: one JSON object per line over TCP.
+
+Standard library only, because this package is baked into the component image; the
+CA imports the same module, so both ends agree on every message by construction.
+
+Agent -> CA
+    HELLO      {node, iphys: [{name, inter_ip, up}], links: [...what the agent believes]}
+    LINK_REQ   {req_id, src_node, dst_node, src_iphy}
+CA -> agent
+    ID         {node, node_id, control_ip, links: [{peer, local_iphy, peer_iphy}]}
+    VISIBILITY {step, time, peers: [node, ...]}
+    LINK_OK    {req_id, src_node, dst_node, src_iphy, dst_iphy}
+    LINK_FAIL  {req_id, src_node, dst_node, src_iphy, reason}
+    LINK_UP    {peer, local_iphy, peer_iphy}   (to the destination of an accepted request)
+    LINK_DOWN  {peer, local_iphy}               (to both ends when visibility is lost)
+    ERROR      {error}                          (answer to a malformed message)
+"""
+
+from __future__ import annotations
+
+import json
+
+HELLO = "HELLO"
+LINK_REQ = "LINK_REQ"
+ID = "ID"
+VISIBILITY = "VISIBILITY"
+LINK_OK = "LINK_OK"
+LINK_FAIL = "LINK_FAIL"
+LINK_UP = "LINK_UP"
+LINK_DOWN = "LINK_DOWN"
+ERROR = "ERROR"
+
+MAX_LINE = 64 * 1024
+"""Longest message accepted; a peer that sends more is cut off, not buffered forever."""
+
+# Fields each message type must carry, with their JSON types.
+_REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    HELLO: {"node": str, "iphys": list},
+    LINK_REQ: {"req_id": int, "src_node": str, "dst_node": str, "src_iphy": str},
+    ID: {"node": str, "node_id": int, "control_ip": str, "links": list},
+    VISIBILITY: {"step": int, "time": (int, float), "peers": list},
+    LINK_OK: {"req_id": int, "src_node": str, "dst_node": str, "src_iphy": str,
+              "dst_iphy": str},
+    LINK_FAIL: {"req_id": int, "dst_node": str, "reason": str},
+    LINK_UP: {"peer": str, "local_iphy": str, "peer_iphy": str},
+    LINK_DOWN: {"peer": str, "local_iphy": str},
+    ERROR: {"error": str},
+}
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid message; the receiver answers ERROR and carries on."""
+
+
+def encode(kind: str, **fields: object) -> bytes:
+    message = {"type": kind, **fields}
+    validate(message)
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict:
+    if len(line) > MAX_LINE:
+        raise ProtocolError(f"message longer than {MAX_LINE} bytes")
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    validate(message)
+    return message
+
+
+def validate(message: object) -> None:
+    if not isinstance(message, dict):
+        raise ProtocolError("a message must be a JSON object")
+    kind = message.get("type")
+    if kind not in _REQUIRED:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    for field, expected in _REQUIRED[kind].items():
+        value = message.get(field)
+        if value is None:
+            raise ProtocolError(f"{kind}: missing field {field!r}")
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise ProtocolError(f"{kind}: field {field!r} has the wrong type")
+    if kind == HELLO:
+        for i, iphy in enumerate(message["iphys"]):
+            if not isinstance(iphy, dict) or not isinstance(iphy.get("name"), str):
+                raise ProtocolError(f"HELLO: iphys[{i}] needs a name")
+    if kind == VISIBILITY and not all(isinstance(p, str) for p in message["peers"]):
+        raise ProtocolError("VISIBILITY: peers must be node names")
+
+
+class LineReader:
+    """Splits a byte stream into lines, refusing any line longer than MAX_LINE."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        if len(self._buffer) > MAX_LINE:
+            self._buffer = b""
+            raise ProtocolError(f"message longer than {MAX_LINE} bytes")
+        return [line for line in lines if line.strip()]

@@ -1,0 +1,1 @@
+"""The communication assistant: negotiates inter-node links with the GNAB agents."""

@@ -1,0 +1,258 @@
+"""The communication assistant's decisions: sessions, visibility steps and link requests.
+
+Runs on the control server's thread only, so requests reach Algorithm 1 (the link
+table) strictly one after another. Requests that arrive together are decided first
+and their flows installed as one batch before any LINK_OK goes out: an agent is told
+"linked" only once packets can actually cross.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TextIO
+
+from nestednet.agent import protocol as p
+from nestednet.ca.server import ControlServer
+from nestednet.model.link_table import Link, LinkFail, LinkTable
+
+log = logging.getLogger("nestednet.ca")
+
+
+@dataclass(frozen=True)
+class LinkEnds:
+    """One inter-node link as the flows see it: two (node, iPHY) ends."""
+
+    a: str
+    a_iphy: str
+    b: str
+    b_iphy: str
+
+
+def iphy_name(number: int) -> str:
+    return f"iphy{number}"
+
+
+def iphy_number(name: str) -> int | None:
+    """``iphy3`` -> 3; anything else (a hostile or mistaken name) -> None."""
+    digits = name.removeprefix("iphy")
+    return int(digits) if digits.isdigit() and digits == str(int(digits)) else None
+
+
+def ends_of(link: Link) -> LinkEnds:
+    return LinkEnds(link.src, iphy_name(link.src_iphy), link.dst, iphy_name(link.dst_iphy))
+
+
+class FlowInstaller(Protocol):
+    """Makes links real on the main bridge; both calls take a whole batch."""
+
+    def install(self, links: list[LinkEnds]) -> None: ...
+    def remove(self, links: list[LinkEnds]) -> None: ...
+
+
+class EventLog:
+    """Events as JSON lines (nestednet.model.events reads them back)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._file: TextIO | None = None
+        self._lock = threading.Lock()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", buffering=1)
+
+    def write(self, event: str, **fields: object) -> None:
+        record = {"event": event, "wall_time": round(time.time(), 6), **fields}
+        if self._file is not None:
+            with self._lock:
+                self._file.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass
+class StepProgress:
+    """What `nestednet run` shows live and what the CA benchmark measures."""
+
+    step: int = -1
+    scenario_time: float = 0.0
+    started: float = 0.0
+    last_change: float = 0.0
+    """Monotonic time of the last flow installed or removed for this step."""
+    requests: int = 0
+    links_up: int = 0
+    links_failed: int = 0
+    links_down: int = 0
+
+
+@dataclass
+class Sessions:
+    by_node: dict[str, int] = field(default_factory=dict)
+    by_conn: dict[int, str] = field(default_factory=dict)
+
+    def bind(self, node: str, conn: int) -> None:
+        old = self.by_node.get(node)
+        if old is not None and old != conn:
+            self.by_conn.pop(old, None)
+        self.by_node[node] = conn
+        self.by_conn[conn] = node
+
+
+class CommunicationAssistant:
+    """Handles agent messages and scenario steps; see the module docstring."""
+
+    def __init__(self, server: ControlServer, table: LinkTable, installer: FlowInstaller,
+                 node_ids: dict[str, int], control_ips: dict[str, str],
+                 events: EventLog) -> None:
+        self.server = server
+        self.table = table
+        self.installer = installer
+        self.node_ids = node_ids
+        self.control_ips = control_ips
+        self.events = events
+        self.sessions = Sessions()
+        self.visible: dict[str, list[str]] = {node: [] for node in node_ids}
+        self.progress = StepProgress()
+        self.hello_seen: set[str] = set()
+        self._visible_since: dict[frozenset[str], float] = {}
+
+    # --- server callbacks ----------------------------------------------------------
+
+    def on_disconnect(self, conn_id: int) -> None:
+        node = self.sessions.by_conn.pop(conn_id, None)
+        if node is not None and self.sessions.by_node.get(node) == conn_id:
+            del self.sessions.by_node[node]
+            log.info("agent of %s disconnected; its links stay until visibility says otherwise",
+                     node)
+
+    def on_messages(self, batch: list[tuple[int, dict]]) -> None:
+        accepted: list[tuple[int, dict, LinkEnds]] = []
+        for conn, msg in batch:
+            kind = msg["type"]
+            if kind == p.HELLO:
+                self._hello(conn, msg)
+            elif kind == p.LINK_REQ:
+                decided = self._decide(conn, msg)
+                if decided is not None:
+                    accepted.append(decided)
+            else:
+                self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
+        if accepted:
+            self._establish(accepted)
+
+    # --- messages --------------------------------------------------------------------
+
+    def _reply(self, conn: int, kind: str, **fields: object) -> None:
+        self.server.send(conn, p.encode(kind, **fields))
+
+    def _to_node(self, node: str, kind: str, **fields: object) -> None:
+        conn = self.sessions.by_node.get(node)
+        if conn is not None:
+            self._reply(conn, kind, **fields)
+
+    def _hello(self, conn: int, msg: dict) -> None:
+        node = msg["node"]
+        if node not in self.node_ids:
+            self._reply(conn, p.ERROR, error=f"unknown node {node!r}")
+            return
+        self.sessions.bind(node, conn)
+        up = [i["name"] for i in msg["iphys"] if i.get("up", True)]
+        self.hello_seen.add(node)
+        links = [{"peer": link.peer_of(node), "local_iphy": iphy_name(link.iphy_of(node)),
+                  "peer_iphy": iphy_name(link.iphy_of(link.peer_of(node)))}
+                 for link in self.table.links_of(node)]
+        self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
+                    control_ip=self.control_ips[node], links=links)
+        self.events.write("hello", node=node, iphys=up, reconnect=bool(msg.get("links")))
+        if self.progress.step >= 0:
+            self._reply(conn, p.VISIBILITY, step=self.progress.step,
+                        time=self.progress.scenario_time, peers=self.visible.get(node, []))
+
+    def _decide(self, conn: int, msg: dict) -> tuple[int, dict, LinkEnds] | None:
+        src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
+        if self.sessions.by_conn.get(conn) != src:
+            self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
+            return None
+        self.progress.requests += 1
+        self.events.write("link_request", step=self.progress.step,
+                          scenario_time=self.progress.scenario_time, nodes=[src, dst],
+                          iphys=[src_iphy, None])
+        number = iphy_number(src_iphy)
+        answer = (self.table.request(src, dst, number) if number is not None else None)
+        if answer is None or isinstance(answer, LinkFail):
+            reason = answer.reason.value if answer is not None else "src_iphy_unknown"
+            self.progress.links_failed += 1
+            self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
+                        src_iphy=src_iphy, reason=reason)
+            self.events.write("link_fail", step=self.progress.step,
+                              scenario_time=self.progress.scenario_time, nodes=[src, dst],
+                              iphys=[src_iphy, None], reason=reason)
+            return None
+        return conn, msg, ends_of(answer.link)
+
+    def _establish(self, accepted: list[tuple[int, dict, LinkEnds]]) -> None:
+        ends = [link for _, _, link in accepted]
+        try:
+            self.installer.install(ends)
+        except Exception as exc:
+            log.exception("installing %d link(s) failed", len(ends))
+            for conn, msg, link in accepted:
+                self.table.remove_link(link.a, link.b)
+                self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=link.a,
+                            dst_node=link.b, src_iphy=link.a_iphy, reason="flow_install_failed")
+                self.events.write("link_fail", step=self.progress.step,
+                                  scenario_time=self.progress.scenario_time,
+                                  nodes=[link.a, link.b], iphys=[link.a_iphy, link.b_iphy],
+                                  reason=f"flow_install_failed: {exc}")
+            return
+        now = time.monotonic()
+        self.progress.last_change = now
+        for conn, msg, link in accepted:
+            self.progress.links_up += 1
+            self._reply(conn, p.LINK_OK, req_id=msg["req_id"], src_node=link.a, dst_node=link.b,
+                        src_iphy=link.a_iphy, dst_iphy=link.b_iphy)
+            self._to_node(link.b, p.LINK_UP, peer=link.a, local_iphy=link.b_iphy,
+                          peer_iphy=link.a_iphy)
+            since = self._visible_since.get(frozenset((link.a, link.b)), now)
+            self.events.write("link_up", step=self.progress.step,
+                              scenario_time=self.progress.scenario_time,
+                              nodes=[link.a, link.b], iphys=[link.a_iphy, link.b_iphy],
+                              latency_ms=round((now - since) * 1000, 3))
+
+    # --- scenario steps (posted to the server thread by the player) --------------------
+
+    def apply_step(self, step: int, scenario_time: float,
+                   visible_pairs: Iterable[tuple[str, str]]) -> None:
+        now = time.monotonic()
+        pairs = {frozenset(pair) for pair in visible_pairs}
+        self.progress = StepProgress(step=step, scenario_time=scenario_time, started=now,
+                                     last_change=now)
+        self._visible_since = {pair: self._visible_since.get(pair, now) for pair in pairs}
+        self.events.write("step", step=step, scenario_time=scenario_time,
+                          visible=sorted(sorted(pair) for pair in pairs))
+        lost = self.table.set_visibility(tuple(sorted(pair)) for pair in pairs)
+        if lost:
+            ends = [ends_of(link) for link in lost]
+            self.installer.remove(ends)
+            self.progress.last_change = time.monotonic()
+            for link in ends:
+                self.progress.links_down += 1
+                self._to_node(link.a, p.LINK_DOWN, peer=link.b, local_iphy=link.a_iphy)
+                self._to_node(link.b, p.LINK_DOWN, peer=link.a, local_iphy=link.b_iphy)
+                self.events.write("link_down", step=step, scenario_time=scenario_time,
+                                  nodes=[link.a, link.b], iphys=[link.a_iphy, link.b_iphy])
+        self.visible = {node: [] for node in self.node_ids}
+        for pair in pairs:
+            a, b = sorted(pair)
+            self.visible[a].append(b)
+            self.visible[b].append(a)
+        for node, peers in self.visible.items():
+            self._to_node(node, p.VISIBILITY, step=step, time=scenario_time, peers=sorted(peers))

@@ -1,0 +1,185 @@
+"""The CA's network side: a JSON-lines TCP server for the GNAB agents.
+
+One thread owns every socket and every decision: messages that arrive together are
+handed to the assistant as one batch, so Algorithm 1 sees requests strictly one
+after another and the flows for a batch are installed together. Other threads
+(the scenario player) talk to it only through ``call_soon``. A malformed or
+hostile message is answered with ERROR and logged; it never stops the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from nestednet.agent import protocol as p
+
+log = logging.getLogger("nestednet.ca")
+
+
+class Handler(Protocol):
+    def on_messages(self, batch: list[tuple[int, dict]]) -> None: ...
+    def on_disconnect(self, conn_id: int) -> None: ...
+
+
+class ControlServer:
+    """Accepts agents, reads their lines, writes replies; all on one thread."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self._listener = listener
+        self._listener.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ, "accept")
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._conns: dict[int, tuple[socket.socket, p.LineReader]] = {}
+        self._next_id = 1
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.handler: Handler | None = None
+        self.address = listener.getsockname()
+
+    # --- called from any thread ------------------------------------------------------
+
+    def start(self, handler: Handler) -> None:
+        self.handler = handler
+        self._thread = threading.Thread(target=self._loop, name="nestednet-ca", daemon=True)
+        self._thread.start()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the server thread, between batches."""
+        self._calls.put(fn)
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.call_soon(lambda: None)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for sock, _ in list(self._conns.values()):
+            sock.close()
+        self._conns.clear()
+        self._listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # --- server thread only ------------------------------------------------------------
+
+    def send(self, conn_id: int, data: bytes) -> bool:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return False
+        sock = conn[0]
+        try:
+            sock.setblocking(True)
+            sock.settimeout(2)
+            sock.sendall(data)
+            sock.setblocking(False)
+            return True
+        except OSError as exc:
+            log.info("agent connection %d lost while sending: %s", conn_id, exc)
+            self._drop(conn_id)
+            return False
+
+    def connections(self) -> list[int]:
+        return list(self._conns)
+
+    def _drop(self, conn_id: int) -> None:
+        conn = self._conns.pop(conn_id, None)
+        if conn is None:
+            return
+        self._selector.unregister(conn[0])
+        conn[0].close()
+        if self.handler is not None:
+            self.handler.on_disconnect(conn_id)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            batch: list[tuple[int, dict]] = []
+            for key, _ in self._selector.select(timeout=0.5):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "wake":
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                else:
+                    batch += self._read(key.data)
+            if batch:
+                self._dispatch(batch)
+            while True:
+                try:
+                    fn = self._calls.get_nowait()
+                except queue.Empty:
+                    break
+                self._guard(fn)
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self._listener.accept()
+        except OSError:
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn_id = self._next_id
+        self._next_id += 1
+        self._conns[conn_id] = (sock, p.LineReader())
+        self._selector.register(sock, selectors.EVENT_READ, conn_id)
+        log.debug("agent connection %d from %s", conn_id, peer)
+
+    def _read(self, conn_id: int) -> list[tuple[int, dict]]:
+        sock, reader = self._conns[conn_id]
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn_id)
+            return []
+        try:
+            lines = reader.feed(data)
+        except p.ProtocolError as exc:
+            log.warning("agent connection %d: %s; closing it", conn_id, exc)
+            self.send(conn_id, p.encode(p.ERROR, error=str(exc)))
+            self._drop(conn_id)
+            return []
+        messages = []
+        for line in lines:
+            try:
+                messages.append((conn_id, p.decode(line)))
+            except p.ProtocolError as exc:
+                log.warning("agent connection %d sent a bad message: %s", conn_id, exc)
+                self.send(conn_id, p.encode(p.ERROR, error=str(exc)))
+        return messages
+
+    def _dispatch(self, batch: list[tuple[int, dict]]) -> None:
+        assert self.handler is not None
+        handler = self.handler
+        self._guard(lambda: handler.on_messages(batch))
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            # The CA must outlive any single bad message or failed action.
+            log.exception("CA action failed")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host`` only (the control bridge address, never 0.0.0.0)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    return sock
