@@ -9,6 +9,7 @@ hostile message is answered with ERROR and logged; it never stops the server.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import selectors
@@ -56,10 +57,8 @@ class ControlServer:
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the server thread, between batches."""
         self._calls.put(fn)
-        try:
+        with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        except OSError:
-            pass
 
     def stop(self) -> None:
         self._stop.set()
@@ -110,10 +109,8 @@ class ControlServer:
                 if key.data == "accept":
                     self._accept()
                 elif key.data == "wake":
-                    try:
+                    with contextlib.suppress(OSError):
                         self._wake_r.recv(4096)
-                    except OSError:
-                        pass
                 else:
                     batch += self._read(key.data)
             if batch:

@@ -12,12 +12,12 @@ import threading
 import time
 
 import pytest
+from nestednet.model.link_table import LinkTable
 
 from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.server import ControlServer, listen
-from nestednet.model.link_table import LinkTable
 
 pytestmark = pytest.mark.unit
 
@@ -124,7 +124,7 @@ def _agent_views_match_bool(table, agents) -> bool:
 
 
 def test_agent_restart_rejoins_and_reconciles(lab):
-    server, ca, table, installer, agents = lab
+    server, ca, table, _installer, agents = lab
     _play(server, ca, [("n1", "n2"), ("n3", "n4")])
     _wait(lambda: _settled(table, agents), "first settle")
     before = table.links()
