@@ -112,6 +112,8 @@ class Agent:
         kind = message["type"]
         st = self.state
         if kind == p.ID:
+            # The CA names us as the scenario does; our lab name only identified us in HELLO.
+            st.node = message["node"]
             st.node_id, st.control_ip = message["node_id"], message["control_ip"]
             st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                         for link in message["links"]}
@@ -140,7 +142,7 @@ class Agent:
             req_id = self._next_req
             self._next_req += 1
             self.state.pending[req_id] = (peer, iphy)
-            out.append(p.encode(p.LINK_REQ, req_id=req_id, src_node=self.config.node,
+            out.append(p.encode(p.LINK_REQ, req_id=req_id, src_node=self.state.node,
                                 dst_node=peer, src_iphy=iphy))
         return out
 

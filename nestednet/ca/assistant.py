@@ -111,13 +111,16 @@ class CommunicationAssistant:
 
     def __init__(self, server: ControlServer, table: LinkTable, installer: FlowInstaller,
                  node_ids: dict[str, int], control_ips: dict[str, str],
-                 events: EventLog) -> None:
+                 events: EventLog, aliases: dict[str, str] | None = None) -> None:
+        """``node_ids``/``control_ips`` are keyed by scenario node name; ``aliases`` maps
+        the name an agent says in HELLO (its lab node, e.g. ``n3``) to that name."""
         self.server = server
         self.table = table
         self.installer = installer
         self.node_ids = node_ids
         self.control_ips = control_ips
         self.events = events
+        self.aliases = aliases or {}
         self.sessions = Sessions()
         self.visible: dict[str, list[str]] = {node: [] for node in node_ids}
         self.progress = StepProgress()
@@ -159,7 +162,7 @@ class CommunicationAssistant:
             self._reply(conn, kind, **fields)
 
     def _hello(self, conn: int, msg: dict) -> None:
-        node = msg["node"]
+        node = self.aliases.get(msg["node"], msg["node"])
         if node not in self.node_ids:
             self._reply(conn, p.ERROR, error=f"unknown node {node!r}")
             return

@@ -1,0 +1,78 @@
+"""Playing a scenario's time steps into the CA in real time (times a speed factor)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nestednet.ca.assistant import CommunicationAssistant
+from nestednet.ca.server import ControlServer
+from nestednet.model.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class PlayResult:
+    steps_played: int
+    scenario_time: float
+    interrupted: bool
+
+
+class Player:
+    """Posts each step to the CA's thread when its (scaled) time comes."""
+
+    def __init__(self, scenario: Scenario, server: ControlServer, ca: CommunicationAssistant,
+                 *, speed: float = 1.0, until: float | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.scenario = scenario
+        self.server = server
+        self.ca = ca
+        self.speed = speed
+        self.end = min(scenario.duration, until) if until is not None else scenario.duration
+
+    def apply_now(self, index: int, timeout: float = 30.0) -> None:
+        """Apply step ``index`` on the CA thread and wait until it has been applied."""
+        step = self.scenario.steps[index]
+        done = threading.Event()
+
+        def apply() -> None:
+            try:
+                self.ca.apply_step(index, step.time, sorted(step.visible))
+            finally:
+                done.set()
+
+        self.server.call_soon(apply)
+        if not done.wait(timeout):
+            raise TimeoutError(f"the CA did not apply step {index} within {timeout} s")
+
+    def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
+             tick: float = 0.25) -> PlayResult:
+        """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time."""
+        start = time.monotonic()
+        played = 0
+        for index, step in enumerate(self.scenario.steps):
+            if step.time > self.end:
+                break
+            if self._wait_until(start, step.time, stop, on_tick, tick):
+                return PlayResult(played, self._now(start), True)
+            self.apply_now(index)
+            played += 1
+        interrupted = self._wait_until(start, self.end, stop, on_tick, tick)
+        return PlayResult(played, min(self._now(start), self.end), interrupted)
+
+    def _now(self, start: float) -> float:
+        return (time.monotonic() - start) * self.speed
+
+    def _wait_until(self, start: float, scenario_time: float, stop: threading.Event,
+                    on_tick: Callable[[float], None], tick: float) -> bool:
+        """Sleep until ``scenario_time``; True when stopped first."""
+        while True:
+            now = self._now(start)
+            on_tick(now)
+            remaining = (scenario_time - now) / self.speed
+            if remaining <= 0:
+                return False
+            if stop.wait(min(tick, remaining)):
+                return True

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""CA benchmark: time from a step's start until all its flows are installed.
+
+For 100 and 200 GNAB agents run as plain processes (no containers) against a real
+Open vSwitch bridge: the CA, the agents, Algorithm 1 and `ovs-ofctl --bundle` are all
+real; only the bridge has no ports, so the flows reference port numbers nothing is
+plugged into (OVS accepts and stores them like any other). Agents and CA talk over
+loopback TCP. Each scenario step's visibility comes from the random-waypoint
+generator; a step counts as settled when every visible pair with a free iPHY on both
+sides is linked.
+
+Prints JSON (median and p90 per agent count, plus the raw per-step values) and,
+with --plot FILE, a PNG. The 12-node containerised case is measured by
+`scripts/bench/ca.py --lab LAB` against a lab made by `nestednet create`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from nestednet.model.link_table import LinkTable
+from nestednet.model.visibility import generate
+
+from nestednet import capabilities
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.ca.assistant import CommunicationAssistant, EventLog
+from nestednet.ca.flows import MainBridgeInstaller
+from nestednet.ca.player import Player
+from nestednet.ca.server import ControlServer, listen
+
+BRIDGE = "nnbench-ca"
+
+
+def run_agents(count: int, iphys: int, port: int) -> list[subprocess.Popen]:
+    procs = []
+    for i in range(1, count + 1):
+        env = {**os.environ, "NESTEDNET_NODE": f"n{i}", "NESTEDNET_CA": f"127.0.0.1:{port}",
+               "NESTEDNET_IPHYS": ",".join(f"iphy{j}=0.0.0.0" for j in range(1, iphys + 1)),
+               "NESTEDNET_POLL_S": "0", "NESTEDNET_AGENT_STATE": ""}
+        procs.append(subprocess.Popen([sys.executable, "-m", "nestednet.agent"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
+
+
+def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float) -> dict:
+    scenario = generate(nodes=count, duration=steps, step=1, range_=250.0,
+                        model="random-waypoint", seed=seed, iphys=iphys)
+    names = list(scenario.node_names)
+    table = LinkTable(scenario.iphy_inventory())
+    server = ControlServer(listen("127.0.0.1", 0))
+    ports = {(n, f"iphy{j}"): k * iphys + j for k, n in enumerate(names)
+             for j in range(1, iphys + 1)}
+    installer = MainBridgeInstaller(BRIDGE, lambda node, iphy: ports[(node, iphy)],
+                                    lambda a, b: (0xCA << 48) | (min(a, b) << 24) | max(a, b))
+    ca = CommunicationAssistant(server, table, installer,
+                                node_ids={n: i for i, n in enumerate(names, 1)},
+                                control_ips=dict.fromkeys(names, "127.0.0.1"),
+                                events=EventLog(None),
+                                aliases={f"n{i}": n for i, n in enumerate(names, 1)})
+    server.start(ca)
+    agents = run_agents(count, iphys, server.address[1])
+    player = Player(scenario, server, ca)
+    results = []
+    try:
+        deadline = time.monotonic() + 120
+        while ca.hello_seen != set(names):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {len(ca.hello_seen)}/{count} agents said HELLO")
+            time.sleep(0.05)
+        for index in range(len(scenario.steps)):
+            player.apply_now(index)
+            start = time.monotonic()
+            while table.unlinked_feasible_pairs():
+                if time.monotonic() - start > settle_timeout:
+                    break
+                time.sleep(0.002)
+            settled = not table.unlinked_feasible_pairs()
+            progress = ca.progress
+            results.append({"step": index, "settled": settled,
+                            "ms": round((progress.last_change - progress.started) * 1000, 2),
+                            "links_up": progress.links_up, "links_down": progress.links_down,
+                            "requests": progress.requests,
+                            "visible_pairs": len(scenario.steps[index].visible),
+                            "violations": len(table.violations())})
+    finally:
+        for proc in agents:
+            proc.terminate()
+        for proc in agents:
+            proc.wait(timeout=10)
+        server.stop()
+    changed = [r["ms"] for r in results[1:] if r["links_up"] or r["links_down"]]
+    return {"agents": count, "iphys": iphys, "steps": results,
+            "median_ms": round(statistics.median(changed), 2) if changed else None,
+            "p90_ms": round(statistics.quantiles(changed, n=10)[-1], 2)
+            if len(changed) >= 2 else None,
+            "all_settled": all(r["settled"] for r in results),
+            "violations": sum(r["violations"] for r in results)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[100, 200])
+    parser.add_argument("--iphys", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--settle-timeout", type=float, default=10.0)
+    parser.add_argument("--plot", type=Path, help="write a PNG of per-step times here")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (creates an OVS bridge)")
+    with Ovsdb() as ovs:
+        ovs.del_bridge(BRIDGE)
+        ovs.add_bridge(BRIDGE, datapath_type=capabilities.ovs_datapath(),
+                       external_ids={"org.nestednet.bench": "ca"})
+    try:
+        runs = [measure(n, args.iphys, args.steps, args.seed, args.settle_timeout)
+                for n in args.agents]
+    finally:
+        with Ovsdb() as ovs:
+            ovs.del_bridge(BRIDGE)
+    report = {"benchmark": "ca", "cores": os.cpu_count(),
+              "datapath": capabilities.ovs_datapath(), "target_ms_100_nodes": 100,
+              "runs": runs}
+    print(json.dumps(report, indent=2))
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for run in runs:
+            ax.plot([r["step"] for r in run["steps"]], [r["ms"] for r in run["steps"]],
+                    marker="o", label=f"{run['agents']} agents")
+        ax.axhline(100, color="grey", linestyle="--", label="target (100 ms)")
+        ax.set_xlabel("scenario step")
+        ax.set_ylabel("step start -> last flow installed (ms)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    main()
