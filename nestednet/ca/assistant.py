@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -62,11 +63,14 @@ class EventLog:
         self.path = path
         self._file: TextIO | None = None
         self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        """How many of each event this log has written (this run only)."""
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", buffering=1)
 
     def write(self, event: str, **fields: object) -> None:
+        self.counts[event] += 1
         record = {"event": event, "wall_time": round(time.time(), 6), **fields}
         if self._file is not None:
             with self._lock:
