@@ -106,8 +106,98 @@ def _listen_in(namespace: str, host: str, port: int):
     return holder["sock"]
 
 
+class CaSession:
+    """A CA attached to an existing lab for one scenario: start, step, inspect, close.
+
+    `run()` plays it in real time; tests and benchmarks step it by hand.
+    """
+
+    def __init__(self, scenario: Scenario, lab: Lab, events_path: Path) -> None:
+        check_fits(scenario, lab)
+        self.scenario = scenario
+        self.lab = lab
+        self.links = LabLinks.of(lab.record)
+        names = list(scenario.node_names)
+        self.lab_node = {name: k for k, name in enumerate(names, 1)}
+        self.events = EventLog(events_path)
+        self.table = LinkTable(scenario.iphy_inventory())
+        plan = self.links.plan
+        self.address = (str(plan.ca_address().ip), CA_PORT)
+        self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
+                                               *self.address))
+        self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
+        self.ca = CommunicationAssistant(
+            self.server, self.table, self.installer,
+            node_ids={n.name: n.node_id for n in scenario.nodes},
+            control_ips={name: str(plan.control_address(k).ip)
+                         for name, k in self.lab_node.items()},
+            events=self.events,
+            aliases={topo.node_name(k): name for name, k in self.lab_node.items()})
+        self.server.start(self.ca)
+        self.player = Player(scenario, self.server, self.ca)
+        self._closed = False
+
+    def port_of(self, node: str, iphy: str) -> int:
+        return self.links.port(topo.Endpoint(self.lab_node[node],
+                                             int(iphy.removeprefix("iphy"))))
+
+    def cookie_of(self, a: int, b: int) -> int:
+        return self.links.cookie(self.links.endpoint(a), self.links.endpoint(b))
+
+    def missing_hellos(self) -> list[str]:
+        return sorted(set(self.lab_node) - self.ca.hello_seen)
+
+    def wait_for_hellos(self, timeout: float, stop: threading.Event) -> bool:
+        """True when every agent said HELLO; False if stopped; UsageError on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.missing_hellos():
+            if stop.wait(0.1):
+                return False
+            if time.monotonic() > deadline:
+                raise UsageError(
+                    f"no HELLO within {timeout:.0f} s from: "
+                    f"{', '.join(self.missing_hellos()[:8])}",
+                    hint="check the GNAB with `nestednet exec NODE gnab -- cat "
+                         "/run/nestednet/agent.json`")
+        return True
+
+    def apply_step(self, index: int) -> None:
+        self.player.apply_now(index)
+
+    def settled(self) -> bool:
+        """Every visible pair with a free iPHY on both sides is linked."""
+        return not self.table.unlinked_feasible_pairs()
+
+    def close(self) -> None:
+        """Withdraw every link the CA made (flows included), then stop serving."""
+        if self._closed:
+            return
+        self._closed = True
+        done = threading.Event()
+
+        def withdraw() -> None:
+            try:
+                gone = self.table.set_visibility(())
+                if gone:
+                    self.installer.remove([ends_of(link) for link in gone])
+            finally:
+                done.set()
+
+        self.server.call_soon(withdraw)
+        done.wait(10)
+        self.server.stop()
+        self.events.close()
+
+    def __enter__(self) -> CaSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
+    """Create the lab if needed, then play ``scenario`` on it; see the module docstring."""
     created = False
     if not LabRecord(options.lab).exists():
         needed_iphys = max(n.iphys for n in scenario.nodes)
@@ -118,85 +208,44 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                              **jobs))
         created = True
     lab = Lab.open(options.lab)
-    check_fits(scenario, lab)
-    links = LabLinks.of(lab.record)
-    names = list(scenario.node_names)
-    lab_node = {name: k for k, name in enumerate(names, 1)}
-
-    def port_of(node: str, iphy: str) -> int:
-        return links.port(topo.Endpoint(lab_node[node], int(iphy.removeprefix("iphy"))))
-
-    def cookie_of(a: int, b: int) -> int:
-        return links.cookie(links.endpoint(a), links.endpoint(b))
-
     events_path = options.events or lab.record.root / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
-    events = EventLog(events_path)
-    table = LinkTable(scenario.iphy_inventory())
-    plan = links.plan
-    server = ControlServer(_listen_in(topo.control_netns(options.lab),
-                                      str(plan.ca_address().ip), CA_PORT))
-    installer = MainBridgeInstaller(links.bridge, port_of, cookie_of)
-    ca = CommunicationAssistant(
-        server, table, installer,
-        node_ids={n.name: n.node_id for n in scenario.nodes},
-        control_ips={name: str(plan.control_address(lab_node[name]).ip) for name in names},
-        events=events, aliases={topo.node_name(k): name for name, k in lab_node.items()})
-    server.start(ca)
     try:
-        live.phase = "waiting for GNAB agents"
-        notify(f"CA listening on {plan.ca_address().ip}:{CA_PORT} in "
-               f"{topo.control_netns(options.lab)}; waiting for {len(names)} GNAB HELLOs")
-        deadline = time.monotonic() + options.hello_timeout
-        while ca.hello_seen != set(names):
-            if stop.wait(0.1):
+        with CaSession(scenario, lab, events_path) as ca_session:
+            live.phase = "waiting for GNAB agents"
+            notify(f"CA listening on {ca_session.address[0]}:{ca_session.address[1]} in "
+                   f"{topo.control_netns(options.lab)}; waiting for "
+                   f"{len(ca_session.lab_node)} GNAB HELLOs")
+            if not ca_session.wait_for_hellos(options.hello_timeout, stop):
                 summary.interrupted = True
                 return summary
-            if time.monotonic() > deadline:
-                missing = sorted(set(names) - ca.hello_seen)
-                raise UsageError(f"no HELLO within {options.hello_timeout:.0f} s from: "
-                                 f"{', '.join(missing[:8])}",
-                                 hint="check the GNAB with `nestednet exec NODE gnab -- cat "
-                                      "/run/nestednet/agent.json`")
-        live.phase = "playing"
-        live.duration, live.steps = scenario.duration, len(scenario.steps)
-        player = Player(scenario, server, ca, speed=options.speed, until=options.until)
+            live.phase = "playing"
+            live.duration, live.steps = scenario.duration, len(scenario.steps)
+            player = Player(scenario, ca_session.server, ca_session.ca, speed=options.speed,
+                            until=options.until)
+            ca, table = ca_session.ca, ca_session.table
 
-        def tick(t: float) -> None:
-            live.scenario_time = t
-            live.step = ca.progress.step
-            live.progress = ca.progress
-            live.links = len(table.links())
+            def tick(t: float) -> None:
+                live.scenario_time = t
+                live.step = ca.progress.step
+                live.progress = ca.progress
+                live.links = len(table.links())
 
-        result: PlayResult = player.play(stop, on_tick=tick)
-        summary.steps_played = result.steps_played
-        summary.scenario_time = result.scenario_time
-        summary.interrupted = result.interrupted
-        summary.links_at_end = len(table.links())
+            result: PlayResult = player.play(stop, on_tick=tick)
+            summary.steps_played = result.steps_played
+            summary.scenario_time = result.scenario_time
+            summary.interrupted = result.interrupted
+            summary.links_at_end = len(table.links())
+            live.phase = "stopping"
+        counts = ca_session.events.counts
+        summary.requests = counts["link_request"]
+        summary.links_up = counts["link_up"]
+        summary.links_failed = counts["link_fail"]
+        summary.links_down = counts["link_down"]
     finally:
-        live.phase = "stopping"
-        done = threading.Event()
+        if options.remove_lab:
+            from nestednet.lab.teardown import delete_lab
 
-        def withdraw() -> None:
-            try:
-                gone = table.set_visibility(())
-                if gone:
-                    installer.remove([ends_of(link) for link in gone])
-            finally:
-                done.set()
-
-        server.call_soon(withdraw)
-        done.wait(10)
-        server.stop()
-        events.close()
-    summary.requests = events.counts["link_request"]
-    summary.links_up = events.counts["link_up"]
-    summary.links_failed = events.counts["link_fail"]
-    summary.links_down = events.counts["link_down"]
-    if options.remove_lab:
-        from nestednet.lab.teardown import delete_lab
-
-        delete_lab(lab.record)
-        summary.removed_lab = True
+            delete_lab(lab.record)
+            summary.removed_lab = True
     return summary
-
