@@ -1,0 +1,1 @@
+"""Pure models: plain values and the rules over them, no side effects."""

@@ -1,0 +1,210 @@
+"""The run's event record: one JSON object per line, written by the CA, read by `graph`.
+
+Every record has ``event`` (a kind below), ``scenario_time`` (seconds on the
+scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) and
+``step`` (index of the step in effect). By kind:
+
+- ``step``: a step took effect. ``nodes``: every node of the lab; ``visible``: the
+  visible pairs ``[[a, b], ...]``; ``positions`` (optional): ``{node: [x, y, z]}``.
+- ``link_request``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``.
+- ``link_up``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]`` (a requested);
+  ``latency_ms`` (optional): from the visibility change to the flows installed.
+- ``link_fail``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``, ``reason``.
+- ``link_down``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]``; ``latency_ms``
+  (optional): from the visibility loss to the flows removed.
+
+Fields not listed are kept in ``extra`` so writers can add more without breaking
+readers; records of unknown kinds are kept too (callers ignore what they don't use).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nestednet.errors import UsageError
+from nestednet.model.line_of_sight import Pair, Position, pair
+
+STEP = "step"
+LINK_REQUEST = "link_request"
+LINK_UP = "link_up"
+LINK_FAIL = "link_fail"
+LINK_DOWN = "link_down"
+KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN)
+
+_KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
+                 "positions", "reason", "latency_ms"}
+_NODES_NEEDED = {LINK_REQUEST: 2, LINK_UP: 2, LINK_FAIL: 2, LINK_DOWN: 2}
+_IPHYS_NEEDED = {LINK_REQUEST: 1, LINK_UP: 2, LINK_FAIL: 1, LINK_DOWN: 2}
+
+
+@dataclass(frozen=True)
+class Event:
+    event: str
+    scenario_time: float
+    wall_time: float | None = None
+    step: int | None = None
+    nodes: tuple[str, ...] = ()
+    iphys: tuple[int, ...] = ()
+    visible: tuple[Pair, ...] = ()
+    positions: Mapping[str, Position] | None = None
+    reason: str | None = None
+    latency_ms: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": self.event, "scenario_time": self.scenario_time}
+        if self.wall_time is not None:
+            out["wall_time"] = self.wall_time
+        if self.step is not None:
+            out["step"] = self.step
+        if self.nodes:
+            out["nodes"] = list(self.nodes)
+        if self.iphys:
+            out["iphys"] = list(self.iphys)
+        if self.event == STEP:
+            out["visible"] = [list(p) for p in self.visible]
+        if self.positions is not None:
+            out["positions"] = {n: list(p) for n, p in self.positions.items()}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.latency_ms is not None:
+            out["latency_ms"] = self.latency_ms
+        out.update(self.extra)
+        return out
+
+    def to_line(self) -> str:
+        """One line of the events file (no trailing newline)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+def parse_event(record: Any, where: str) -> Event:
+    """One decoded record; UsageError naming ``where`` (e.g. 'events.jsonl line 7')."""
+    def bad(message: str) -> UsageError:
+        return UsageError(f"{where}: {message}")
+
+    if not isinstance(record, dict):
+        raise bad("expected a JSON object")
+    kind = record.get("event")
+    if not isinstance(kind, str):
+        raise bad("'event' is missing or not a string")
+    t = record.get("scenario_time")
+    if not _finite(t):
+        raise bad("'scenario_time' is missing or not a finite number")
+    wall = record.get("wall_time")
+    if wall is not None and not _finite(wall):
+        raise bad("'wall_time' is not a finite number")
+    step = record.get("step")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise bad("'step' is not a non-negative integer")
+    nodes = record.get("nodes", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        raise bad("'nodes' is not a list of node names")
+    iphys = record.get("iphys", [])
+    if not isinstance(iphys, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in iphys):
+        raise bad("'iphys' is not a list of integers")
+    if len(nodes) < _NODES_NEEDED.get(kind, 0):
+        raise bad(f"a {kind} record needs 'nodes': [{_placeholders(kind)}]")
+    if len(iphys) < _IPHYS_NEEDED.get(kind, 0):
+        raise bad(f"a {kind} record needs {_IPHYS_NEEDED[kind]} iPHY number(s) in 'iphys'")
+    visible = _parse_visible(record.get("visible", []), bad)
+    positions = _parse_positions(record.get("positions"), bad)
+    reason = record.get("reason")
+    latency = record.get("latency_ms")
+    if latency is not None and not _finite(latency):
+        raise bad("'latency_ms' is not a finite number")
+    return Event(event=kind, scenario_time=float(t),
+                 wall_time=float(wall) if wall is not None else None, step=step,
+                 nodes=tuple(nodes), iphys=tuple(iphys), visible=visible, positions=positions,
+                 reason=str(reason) if reason is not None else None,
+                 latency_ms=float(latency) if latency is not None else None,
+                 extra={k: v for k, v in record.items() if k not in _KNOWN_FIELDS})
+
+
+def parse_events(text: str, source: str) -> list[Event]:
+    """Every record of an events file's text; blank lines are skipped."""
+    events = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{source} line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not valid JSON: column {exc.colno}: {exc.msg}") from None
+        events.append(parse_event(record, where))
+    return events
+
+
+def read_events(path: str | Path) -> list[Event]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{p}: cannot read: {exc}") from None
+    return parse_events(text, str(p))
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """A link as the events describe it: the node pair and each side's iPHY."""
+
+    a: str
+    a_iphy: int
+    b: str
+    b_iphy: int
+
+    @property
+    def pair(self) -> Pair:
+        return pair(self.a, self.b)
+
+
+def links_before(events: Iterable[Event], t: float | None) -> dict[Pair, LinkState]:
+    """Links up after replaying link_up/link_down with scenario_time < t (all when t is None)."""
+    up: dict[Pair, LinkState] = {}
+    for e in events:
+        if t is not None and e.scenario_time >= t:
+            continue
+        if e.event == LINK_UP:
+            state = LinkState(e.nodes[0], e.iphys[0], e.nodes[1], e.iphys[1])
+            up[state.pair] = state
+        elif e.event == LINK_DOWN:
+            up.pop(pair(e.nodes[0], e.nodes[1]), None)
+    return up
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _placeholders(kind: str) -> str:
+    return "src, dst" if kind in (LINK_REQUEST, LINK_FAIL) else "a, b"
+
+
+def _parse_visible(raw: Any, bad: Any) -> tuple[Pair, ...]:
+    if not isinstance(raw, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) for n in p)
+            for p in raw):
+        raise bad("'visible' is not a list of [nodeA, nodeB] pairs")
+    return tuple(sorted({pair(a, b) for a, b in raw}))
+
+
+def _parse_positions(raw: Any, bad: Any) -> dict[str, Position] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise bad("'positions' is not an object of node -> [x, y, z]")
+    out: dict[str, Position] = {}
+    for name, p in raw.items():
+        if not isinstance(p, list) or len(p) not in (2, 3) or not all(_finite(v) for v in p):
+            raise bad(f"'positions'.{name} is not [x, y] or [x, y, z] (finite numbers)")
+        xyz = [float(v) for v in p] + [0.0] * (3 - len(p))
+        out[name] = (xyz[0], xyz[1], xyz[2])
+    return out

@@ -1,0 +1,235 @@
+"""The scenario timeline: the lab's shape and, over time, which nodes see each other.
+
+Both scenario file formats (the NestedNet visibility format of the seed thesis and
+the native format, see scenario_nestednet.py and scenario_native.py) parse into
+this one model, and everything downstream (lab creation, the CA, the graph) reads
+it. A step is in effect from its time until the next step's time (the last one
+until the end of the scenario); before the first step nothing is visible.
+
+Validation problems are collected with the exact place in the file where they sit
+(``steps[3].visible[2]: unknown node 'n13'``) and raised together as one
+UsageError, so a user fixes the file in one pass and nothing is ever started from
+a half-valid file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+from nestednet.errors import UsageError
+from nestednet.model.line_of_sight import Pair, Position
+
+NODE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
+"""Node names end up in container and port names: short, no spaces, no dots."""
+NODE_NAME_RULE = "1-32 letters, digits, '-' or '_', starting with a letter"
+MAX_IPHYS = 64
+DEFAULT_IPHYS = 4
+
+_NAME_RE = re.compile(NODE_NAME_PATTERN)
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the lab: its name, its numeric ID and how many iPHYs it has."""
+
+    name: str
+    node_id: int
+    iphys: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """From ``time`` on, exactly the pairs in ``visible`` see each other.
+
+    ``positions`` holds every node's (x, y, z) when the file gave them, else None.
+    """
+
+    time: float
+    visible: frozenset[Pair]
+    positions: Mapping[str, Position] | None = None
+
+    def peers_of(self, node: str) -> frozenset[str]:
+        return frozenset(b if a == node else a for a, b in self.visible if node in (a, b))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario: nodes, duration (seconds) and time-ordered steps."""
+
+    nodes: tuple[NodeSpec, ...]
+    duration: float
+    steps: tuple[Step, ...]
+    name: str = ""
+    source_format: str = "native"
+    range: float | None = None
+    _by_name: dict[str, NodeSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    def node(self, name: str) -> NodeSpec:
+        return self._by_name[name]
+
+    def iphy_inventory(self) -> dict[str, tuple[int, ...]]:
+        """Each node's iPHY numbers, 1-based (iPHY 1 .. iPHY n), as a link table wants them."""
+        return {n.name: tuple(range(1, n.iphys + 1)) for n in self.nodes}
+
+    def step_index_at(self, t: float) -> int | None:
+        """Index of the step in effect at scenario time t (None before the first step)."""
+        found = None
+        for i, s in enumerate(self.steps):
+            if s.time <= t:
+                found = i
+            else:
+                break
+        return found
+
+    def step_end(self, index: int) -> float:
+        """When step ``index`` stops being in effect."""
+        return self.steps[index + 1].time if index + 1 < len(self.steps) else self.duration
+
+    @property
+    def has_positions(self) -> bool:
+        return all(s.positions is not None for s in self.steps)
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """['steps', 3, 'visible', 2] -> 'steps[3].visible[2]'; the root is '(top level)'."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _IDENTIFIER_RE.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{part!r}]"
+    return out or "(top level)"
+
+
+class Problems:
+    """Collects path-precise validation problems; raises them as one UsageError."""
+
+    LIMIT = 20
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.items: list[str] = []
+
+    def add(self, path: Sequence[str | int], message: str) -> None:
+        self.items.append(f"{format_path(path)}: {message}")
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def raise_if_any(self, hint: str | None = None) -> None:
+        if not self.items:
+            return
+        if len(self.items) == 1:
+            raise UsageError(f"{self.source}: {self.items[0]}", hint=hint)
+        shown = self.items[: self.LIMIT]
+        more = len(self.items) - len(shown)
+        lines = "\n".join(f"  {p}" for p in shown)
+        tail = f"\n  ... and {more} more" if more else ""
+        raise UsageError(
+            f"{self.source}: {len(self.items)} problems:\n{lines}{tail}", hint=hint)
+
+
+@cache
+def load_schema(resource: str) -> dict[str, Any]:
+    """A JSON Schema shipped in nestednet/schemas (package data)."""
+    text = resources.files("nestednet.schemas").joinpath(resource).read_text("utf-8")
+    return json.loads(text)
+
+
+def check_against_schema(doc: Any, schema: dict[str, Any], problems: Problems) -> None:
+    """Structural problems, each with its path, in file order."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [
+        (0, p, "") if isinstance(p, int) else (1, 0, p) for p in e.absolute_path])
+    for error in errors:
+        problems.add(list(error.absolute_path), _schema_message(error))
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    """jsonschema's message, made plainer; a schema's "x-error" text where it has one."""
+    if error.validator == "type":
+        wanted = error.validator_value
+        wanted = " or ".join(wanted) if isinstance(wanted, list) else str(wanted)
+        article = "an" if wanted[0] in "aeiou" else "a"
+        return f"expected {article} {wanted}, got {describe(error.instance)}"
+    custom = error.schema.get("x-error") if isinstance(error.schema, dict) else None
+    if custom and error.validator not in ("required", "additionalProperties"):
+        return str(custom)
+    if error.validator == "additionalProperties":
+        return error.message.replace("Additional properties are not allowed",
+                                     "unknown field(s)")
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is missing")
+    return error.message
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_finite(problems: Problems, path: Sequence[str | int], value: Any) -> bool:
+    """A JSON number that is a real, finite value (json accepts NaN and Infinity)."""
+    if not is_number(value):
+        problems.add(path, f"expected a number, got {describe(value)}")
+        return False
+    if not math.isfinite(value):
+        problems.add(path, f"expected a finite number, got {value}")
+        return False
+    return True
+
+
+def check_node_name(problems: Problems, path: Sequence[str | int], name: Any) -> bool:
+    if not isinstance(name, str):
+        problems.add(path, f"node name must be a string, got {describe(name)}")
+        return False
+    if not _NAME_RE.match(name):
+        problems.add(path, f"bad node name {name!r}: use {NODE_NAME_RULE}")
+        return False
+    return True
+
+
+def check_steps_order(problems: Problems, times: Sequence[tuple[Sequence[str | int], float]],
+                      duration: float | None) -> None:
+    """Step times are >= 0, strictly increasing and not beyond the duration."""
+    previous: float | None = None
+    for path, t in times:
+        if t < 0:
+            problems.add(path, f"time {t:g} is negative")
+        if duration is not None and t > duration:
+            problems.add(path, f"time {t:g} is beyond the duration ({duration:g} s)")
+        if previous is not None and t <= previous:
+            problems.add(path, f"time {t:g} is not after the previous step's time {previous:g}")
+        previous = t
+
+
+def describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)

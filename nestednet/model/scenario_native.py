@@ -1,0 +1,183 @@
+"""The native scenario format (schema: nestednet/schemas/scenario.schema.json).
+
+Structure is checked with the JSON Schema, then the rules a schema cannot say
+(unknown, duplicate or self-referencing nodes, step order, finite numbers) are
+checked here. Every problem carries its path in the file.
+
+A step gives positions, explicit visible pairs, or both. With both, the explicit
+pairs win and the positions are only for display; with positions only, visibility
+follows the line-of-sight rule (line_of_sight.py: distance <= range, inclusive).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nestednet.model.line_of_sight import Pair, Position, pair, visible_pairs
+from nestednet.model.scenario import (
+    DEFAULT_IPHYS,
+    NodeSpec,
+    Problems,
+    Scenario,
+    Step,
+    check_against_schema,
+    check_finite,
+    check_steps_order,
+    load_schema,
+)
+
+FORMAT_ID = "nestednet-scenario/1"
+SCHEMA_RESOURCE = "scenario.schema.json"
+
+
+def schema() -> dict[str, Any]:
+    """The native format's JSON Schema, shipped as package data."""
+    return load_schema(SCHEMA_RESOURCE)
+
+
+def is_native(doc: Any) -> bool:
+    return isinstance(doc, dict) and "steps" in doc and "MobilecomScnDef" not in doc
+
+
+def parse_native(doc: Any, source: str) -> Scenario:
+    """Validate a decoded native scenario document; raise UsageError naming each problem."""
+    problems = Problems(source)
+    check_against_schema(doc, schema(), problems)
+    problems.raise_if_any(hint="the format is described in scenarios/scenario.schema.json")
+
+    check_finite(problems, ["duration"], doc["duration"])
+    default_iphys = doc.get("iphys", DEFAULT_IPHYS)
+    nodes = _parse_nodes(doc["nodes"], default_iphys, problems)
+    names = {n.name for n in nodes}
+
+    los = doc.get("line_of_sight")
+    range_: float | None = None
+    if los is not None and check_finite(problems, ["line_of_sight", "range"], los["range"]):
+        range_ = float(los["range"])
+
+    steps: list[Step] = []
+    times: list[tuple[list[str | int], float]] = []
+    for i, raw in enumerate(doc["steps"]):
+        path: list[str | int] = ["steps", i]
+        time = 0.0
+        if check_finite(problems, [*path, "time"], raw["time"]):
+            time = float(raw["time"])
+            times.append(([*path, "time"], time))
+        positions = _parse_positions(raw.get("positions"), names, path, problems)
+        if "visible" in raw:
+            visible = _parse_visible(raw["visible"], names, path, problems)
+        elif los is None:
+            problems.add(path, "positions without 'visible' need 'line_of_sight': "
+                               "{\"range\": R} at the top level")
+            visible = frozenset()
+        elif positions is not None and range_ is not None:
+            visible = visible_pairs(positions, range_)
+        else:
+            visible = frozenset()
+        steps.append(Step(time=time, visible=visible, positions=positions))
+
+    duration = doc["duration"]
+    check_steps_order(problems, times,
+                      float(duration) if isinstance(duration, int | float) else None)
+    problems.raise_if_any()
+    return Scenario(nodes=tuple(nodes), duration=float(duration), steps=tuple(steps),
+                    name=doc.get("name", ""), source_format="native", range=range_)
+
+
+def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict[str, Any]:
+    """The native document for a scenario.
+
+    Steps with positions are written as positions only (visibility re-derives from
+    the range, one source of truth) when the scenario has a range; otherwise, or with
+    explicit_pairs=True, the visible pairs are written too.
+    """
+    iphys = {n.iphys for n in scenario.nodes}
+    common = iphys.pop() if len(iphys) == 1 else None
+    doc: dict[str, Any] = {"format": FORMAT_ID}
+    if scenario.name:
+        doc["name"] = scenario.name
+    doc["duration"] = scenario.duration
+    if common is not None:
+        doc["iphys"] = common
+    if scenario.range is not None:
+        doc["line_of_sight"] = {"rule": "distance", "range": scenario.range}
+    doc["nodes"] = [
+        {"name": n.name, "id": n.node_id} | ({} if common is not None else {"iphys": n.iphys})
+        for n in scenario.nodes
+    ]
+    steps = []
+    for s in scenario.steps:
+        out: dict[str, Any] = {"time": s.time}
+        if s.positions is not None:
+            out["positions"] = {name: list(s.positions[name]) for name in scenario.node_names}
+        write_pairs = (explicit_pairs if explicit_pairs is not None
+                       else s.positions is None or scenario.range is None)
+        if write_pairs:
+            out["visible"] = [list(p) for p in sorted(s.visible)]
+        steps.append(out)
+    doc["steps"] = steps
+    return doc
+
+
+def _parse_nodes(raw_nodes: list[dict[str, Any]], default_iphys: int,
+                 problems: Problems) -> list[NodeSpec]:
+    nodes: list[NodeSpec] = []
+    seen_names: dict[str, int] = {}
+    seen_ids: dict[int, int] = {}
+    for i, raw in enumerate(raw_nodes):
+        name = raw["name"]
+        node_id = raw.get("id", i + 1)
+        if name in seen_names:
+            problems.add(["nodes", i, "name"],
+                         f"duplicate node name {name!r} (also nodes[{seen_names[name]}])")
+        else:
+            seen_names[name] = i
+        if node_id in seen_ids:
+            where = "id" if "id" in raw else "id (default: its position)"
+            problems.add(["nodes", i, "id"] if "id" in raw else ["nodes", i],
+                         f"duplicate node {where} {node_id} (also nodes[{seen_ids[node_id]}])")
+        else:
+            seen_ids[node_id] = i
+        nodes.append(NodeSpec(name=name, node_id=node_id, iphys=raw.get("iphys", default_iphys)))
+    return nodes
+
+
+def _parse_positions(raw: dict[str, list[Any]] | None, names: set[str],
+                     path: list[str | int], problems: Problems) -> dict[str, Position] | None:
+    if raw is None:
+        return None
+    positions: dict[str, Position] = {}
+    for name, coords in raw.items():
+        where = [*path, "positions", name]
+        if name not in names:
+            problems.add(where, f"unknown node {name!r}")
+            continue
+        ok = all(check_finite(problems, [*where, k], v) for k, v in enumerate(coords))
+        if ok:
+            xyz = [float(v) for v in coords] + [0.0] * (3 - len(coords))
+            positions[name] = (xyz[0], xyz[1], xyz[2])
+    missing = sorted(names - raw.keys())
+    if missing:
+        listed = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        problems.add([*path, "positions"], f"no position for node(s) {listed}")
+    return positions
+
+
+def _parse_visible(raw: list[list[str]], names: set[str], path: list[str | int],
+                   problems: Problems) -> frozenset[Pair]:
+    found: dict[Pair, int] = {}
+    for j, (a, b) in enumerate(raw):
+        where = [*path, "visible", j]
+        unknown = [n for n in (a, b) if n not in names]
+        if unknown:
+            problems.add(where, f"unknown node {unknown[0]!r}")
+            continue
+        if a == b:
+            problems.add(where, f"a node cannot be paired with itself ({a!r})")
+            continue
+        p = pair(a, b)
+        if p in found:
+            problems.add(where, f"pair {a}-{b} listed twice (also visible[{found[p]}])")
+            continue
+        found[p] = j
+    return frozenset(found)
