@@ -85,10 +85,8 @@ def template_for(client: docker.DockerClient, security: dict) -> Path:
         container.stop(timeout=30)
         container.remove(v=True, force=True)
         shutil.rmtree(state, ignore_errors=True)
-        try:
+        with contextlib.suppress(OSError):  # another create made it meanwhile: use theirs
             work.rename(final)
-        except OSError:
-            pass  # another create made it meanwhile: use theirs
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"could not prepare the component image for nodes: "
                                  f"{docker_engine.explain(exc)}") from exc

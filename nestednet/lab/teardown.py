@@ -12,6 +12,7 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -21,7 +22,6 @@ from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.lab import node_image
 from nestednet.lab.record import (
     CONTAINER,
-
     NETNS,
     OVS_BRIDGE,
     VETH,
@@ -99,7 +99,7 @@ def _remove_container(client: docker.DockerClient, name: str, lab: str, dry_run:
 
 def _alive(pid: int, start: str) -> bool:
     try:
-        stat = open(f"/proc/{pid}/stat").read()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
     return not start or stat.rsplit(")", 1)[1].split()[19] == start
