@@ -29,7 +29,11 @@ class Ovsdb:
             with _CONNECT_LOCK:
                 idl = connection.OvsdbIdl.from_server(remote, "Open_vSwitch")
                 self._conn = connection.Connection(idl=idl, timeout=timeout)
-                self.api = impl_idl.OvsdbIdl(self._conn)
+                # ovsdbapp keeps the connection in a class attribute, so every instance
+                # of one class shares the first server it met: one class per instance.
+                api_class = type("OvsdbIdlOne", (impl_idl.OvsdbIdl,),
+                                 {"_ovsdb_connection": None})
+                self.api = api_class(self._conn)
         except Exception as exc:
             raise EnvironmentProblem(
                 f"Open vSwitch database not reachable at {remote}: {exc}",

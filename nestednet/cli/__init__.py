@@ -21,13 +21,17 @@ def main() -> None:
     First steps:
       nestednet doctor                  what this machine can do
       nestednet images build            build the images (no registry needed)
+      nestednet create -n 2 -m 2        a lab of 2 nodes x (GNAB + 2 iPHYs)
+      nestednet link add n1:iphy1 n2:iphy1
+      nestednet status                  nodes, components, addresses, links
+      nestednet delete                  remove the lab
     """
 
 
 def _register() -> None:
-    from nestednet.cli import doctor, images
+    from nestednet.cli import doctor, images, links, nodes
 
-    for module in (doctor, images):
+    for module in (doctor, images, nodes, links):
         module.register(main)
 
 

@@ -1,1 +1,1 @@
-"""Pure models: plain values and the rules over them, no side effects."""
+"""Pure models: lab shapes, names, addresses, scenarios, link rules. No side effects."""

@@ -1,0 +1,186 @@
+"""Thin adapter over pyroute2: namespaces, veth pairs, addresses, offloads.
+
+Two platform facts shape it (PLATFORM.md): with the userspace OVS datapath, TCP over
+a veth stalls unless TX checksum offload is off on both ends, and a child container's
+network namespace is reached through its *host* pid. Offloads are switched off with
+pyroute2's ethtool ioctls while both ends are still in the host namespace (features
+survive a move between namespaces), then each end moves to its namespace and is
+renamed in the same request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from ipaddress import IPv4Interface
+from pathlib import Path
+
+from pyroute2 import IPRoute, NetlinkError, netns
+from pyroute2.ethtool import Ethtool
+
+from nestednet.errors import EnvironmentProblem
+
+TX_CHECKSUM_FEATURES = ("tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checksum-ipv6",
+                        "tx-checksum-sctp", "tx-checksum-fcoe-crc")
+
+
+def netns_path(pid: int) -> str:
+    return f"/proc/{pid}/ns/net"
+
+
+@contextlib.contextmanager
+def route(namespace: str | None = None) -> Iterator[IPRoute]:
+    """An IPRoute in the host namespace, a named netns, or a /proc/PID/ns/net path."""
+    ipr = IPRoute() if namespace is None else IPRoute(netns=namespace)
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def index(ipr: IPRoute, ifname: str) -> int:
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise EnvironmentProblem(f"interface {ifname} not found")
+    return found[0]
+
+
+def exists(ipr: IPRoute, ifname: str) -> bool:
+    return bool(ipr.link_lookup(ifname=ifname))
+
+
+def tx_checksum_off(ifname: str) -> None:
+    """`ethtool -K IF tx off`, through ioctls, in the calling thread's namespace."""
+    tool = Ethtool()
+    try:
+        features = tool.get_features(ifname)
+        for name in TX_CHECKSUM_FEATURES:
+            feature = features.features.get(name)
+            if feature is not None and feature.available:
+                feature.enable = False
+        tool.set_features(ifname, features)
+    finally:
+        tool.close()
+
+
+def add_veth(ipr: IPRoute, a: str, b: str) -> None:
+    """A veth pair a<->b in the host namespace, TX checksum offload off on both ends."""
+    ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+    tx_checksum_off(a)
+    tx_checksum_off(b)
+
+
+def move(ipr: IPRoute, ifname: str, target: str | int, new_name: str | None = None) -> None:
+    """Move ``ifname`` into a named netns (str) or a process's netns (host pid, int)."""
+    spec: dict = {"index": index(ipr, ifname)}
+    if isinstance(target, int):
+        spec["net_ns_pid"] = target
+    else:
+        spec["net_ns_fd"] = target
+    if new_name:
+        spec["ifname"] = new_name
+    ipr.link("set", **spec)
+
+
+def configure(ipr: IPRoute, ifname: str, address: IPv4Interface | None = None,
+              master: str | None = None) -> None:
+    """Give ``ifname`` an address and/or a bridge master, and bring it up."""
+    idx = index(ipr, ifname)
+    if address is not None:
+        ipr.addr("add", index=idx, address=str(address.ip), prefixlen=address.network.prefixlen)
+    if master is not None:
+        ipr.link("set", index=idx, master=index(ipr, master))
+    ipr.link("set", index=idx, state="up")
+
+
+def up(ipr: IPRoute, ifname: str) -> None:
+    ipr.link("set", index=index(ipr, ifname), state="up")
+
+
+def delete(ipr: IPRoute, ifname: str) -> bool:
+    """Delete a link if it exists; True when something was deleted."""
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        return False
+    try:
+        ipr.link("del", index=found[0])
+    except NetlinkError as exc:
+        if exc.code != 19:  # ENODEV: gone meanwhile (its peer's namespace died)
+            raise
+        return False
+    return True
+
+
+def add_bridge(ipr: IPRoute, name: str, address: IPv4Interface) -> None:
+    """A Linux bridge with an address (used inside the lab's control namespace)."""
+    ipr.link("add", ifname=name, kind="bridge")
+    configure(ipr, name, address)
+    up(ipr, "lo")
+
+
+def create_netns(name: str) -> None:
+    netns.create(name)
+
+
+def remove_netns(name: str) -> bool:
+    if name not in netns.listnetns():
+        return False
+    netns.remove(name)
+    return True
+
+
+def list_netns() -> list[str]:
+    return list(netns.listnetns())
+
+
+# --- finding a nested child's host pid --------------------------------------------
+
+
+def _status(pid: str) -> tuple[int, list[int]] | None:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    ppid, nspid = 0, []
+    for line in text.splitlines():
+        if line.startswith("PPid:"):
+            ppid = int(line.split()[1])
+        elif line.startswith("NSpid:"):
+            nspid = [int(x) for x in line.split()[1:]]
+    return ppid, nspid
+
+
+def host_pids(parent_host_pid: int, inner_pids: list[int]) -> dict[int, int]:
+    """Map pids seen in a container's PID namespace to host pids.
+
+    An inner container's State.Pid is in its parent's PID namespace; the host pid is
+    the descendant of the parent whose NSpid line has that value one level down.
+    """
+    procs: dict[int, tuple[int, list[int]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = _status(entry)
+            if info is not None:
+                procs[int(entry)] = info
+    depth = len(procs.get(parent_host_pid, (0, [0, 0]))[1]) - 1
+
+    def descends(pid: int) -> bool:
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == parent_host_pid:
+                return True
+            pid = procs.get(pid, (0, []))[0]
+            seen += 1
+        return False
+
+    wanted = set(inner_pids)
+    found: dict[int, int] = {}
+    for pid, (_ppid, nspid) in procs.items():
+        if len(nspid) > depth and nspid[depth] in wanted and descends(pid):
+            found[nspid[depth]] = pid
+    missing = wanted - found.keys()
+    if missing:
+        raise EnvironmentProblem(f"processes {sorted(missing)} not found below host pid "
+                                 f"{parent_host_pid}")
+    return found

@@ -1,0 +1,78 @@
+"""`nestednet link add|del|list`: inter-node links as flow pairs on the main bridge."""
+
+from __future__ import annotations
+
+import click
+
+from nestednet.cli.nodes import LAB_OPTION
+from nestednet.cli.output import out_console, print_json
+
+
+def register(group: click.Group) -> None:
+    group.add_command(link)
+
+
+@click.group()
+def link() -> None:
+    """Join or split two nodes' iPHYs on the main bridge.
+
+    An iPHY serves at most one link and a node pair gets at most one link (the
+    paper's Algorithm 1). Links are flows, exactly as the CA installs them.
+
+    \b
+    Example:
+      nestednet link add n1:iphy1 n2:iphy1
+      nestednet exec n1 iphy1 -- ping -c1 192.168.2.3
+    """
+
+
+def _links(lab: str):
+    from nestednet.lab.links import LabLinks
+    from nestednet.lab.nodes import Lab
+
+    return LabLinks.of(Lab.open(lab).record)
+
+
+@link.command("add")
+@LAB_OPTION
+@click.argument("a")
+@click.argument("b")
+def add(lab: str, a: str, b: str) -> None:
+    """Link endpoint A (NODE:IPHY) to endpoint B."""
+    from nestednet.model.topology import parse_endpoint
+
+    links = _links(lab)
+    made = links.add(parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape))
+    info = links.describe(made)
+    out_console.print(f"linked {info['a']} ({info['a_address']}) <-> {info['b']} "
+                      f"({info['b_address']})")
+
+
+@link.command("del")
+@LAB_OPTION
+@click.argument("a")
+@click.argument("b")
+def delete(lab: str, a: str, b: str) -> None:
+    """Remove the link between A and B."""
+    from nestednet.model.topology import parse_endpoint
+
+    links = _links(lab)
+    gone = links.delete(parse_endpoint(a, links.plan.shape),
+                        parse_endpoint(b, links.plan.shape))
+    out_console.print(f"unlinked {gone[0]} <-> {gone[1]}")
+
+
+@link.command("list")
+@LAB_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def list_(lab: str, as_json: bool) -> None:
+    """List the links present on the main bridge."""
+    links = _links(lab)
+    rows = [links.describe(x) for x in links.links()]
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})")
+    if not rows:
+        out_console.print("no links")

@@ -1,0 +1,203 @@
+"""`nestednet create|status|exec|swap|delete|cleanup`: parse, call nestednet.lab, print."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from nestednet.cli.output import err_console, out_console, print_json
+from nestednet.model.topology import DEFAULT_LAB
+
+LAB_OPTION = click.option("--lab", default=DEFAULT_LAB, show_default=True, metavar="NAME",
+                          help="Lab name: a letter then up to 7 letters/digits.")
+
+
+def register(group: click.Group) -> None:
+    for command in (create, status, exec_, swap, delete, cleanup):
+        group.add_command(command)
+
+
+@click.command()
+@click.option("--nodes", "-n", type=int, required=True, help="Number of nodes N.")
+@click.option("--iphys", "-m", type=int, required=True, help="iPHYs per node M.")
+@LAB_OPTION
+@click.option("--cpus", type=float, default=None, help="CPU limit per component (e.g. 0.5).")
+@click.option("--memory", type=int, default=None, metavar="MB",
+              help="Memory limit per component, in MB (enforced by its cgroup).")
+@click.option("--jobs", "-j", type=int, default=None,
+              help="Nodes built in parallel (default: 2 x cores, at most 8).")
+@click.option("--timings", is_flag=True, help="Print how long each phase took.")
+def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | None,
+           jobs: int | None, timings: bool) -> None:
+    """Create a lab of N nodes, each a GNAB plus M iPHYs.
+
+    Every node is a Docker-in-Docker parent `<lab>-n<i>` holding an inner engine
+    and an internal OVS bridge; its GNAB and iPHYs are child containers on
+    192.168.0.0/24 (GNAB .1, iPHY j .(10+j)). Every iPHY also has an address on the
+    inter-node net (192.168.2.0/24, wider when needed) through a port of the host
+    bridge `<lab>-main`, which forwards nothing until `nestednet link add`. Every
+    GNAB reaches the CA's address (10.99.0.1) on the control net.
+
+    \b
+    Example:
+      nestednet create --nodes 2 --iphys 2 --memory 64
+      nestednet exec n1 iphy1 -- ping -c1 192.168.0.1
+    """
+    from nestednet.lab import create as lab_create
+
+    request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
+                                       memory_mb=memory,
+                                       jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS)
+    lab_create.validate(request)
+    columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as bar:
+        tasks = {phase: bar.add_task(phase, total=nodes) for phase in lab_create.PHASES}
+        meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
+    out_console.print(f"lab {lab}: {nodes} nodes x (gnab + {iphys} iPHYs) created in "
+                      f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
+                      f"{meta['parent_security']})")
+    if timings:
+        table = Table("phase", "wall s", "mean per node s")
+        for phase, row in meta["timings"].items():
+            table.add_row(phase, f"{row['wall_s']:.2f}", f"{row['mean_per_node_s']:.2f}")
+        out_console.print(table)
+
+
+@click.command()
+@LAB_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def status(lab: str, as_json: bool) -> None:
+    """Show a lab: nodes, components and their state, addresses, links, memory."""
+    from nestednet.lab import status as lab_status
+    from nestednet.lab.nodes import Lab
+
+    data = lab_status.status(Lab.open(lab))
+    if as_json:
+        print_json(data)
+        return
+    plan = data["address_plan"]
+    out_console.print(f"lab {data['lab']}: {data['shape']['nodes']} nodes x "
+                      f"{data['shape']['iphys']} iPHYs, datapath {data['datapath']}, "
+                      f"main bridge {data['main_bridge']}")
+    out_console.print(f"nets: intra {plan['intra']}, inter {plan['inter']}, control "
+                      f"{plan['control']} (CA {data['ca']['address']} in netns "
+                      f"{data['ca']['netns']})")
+    table = Table("node", "state", "mem MB", "component", "state", "intra", "inter/ctl")
+    for node in data["nodes"]:
+        first = True
+        for comp in node["components"] or [{}]:
+            table.add_row(node["node"] if first else "", node["state"] if first else "",
+                          str(node.get("memory_mb")) if first else "",
+                          comp.get("component", ""), comp.get("state", ""),
+                          _ip(comp.get("intra", "")),
+                          _ip(comp.get("inter", comp.get("control", ""))))
+            first = False
+    out_console.print(table)
+    if data["links"]:
+        for link in data["links"]:
+            out_console.print(f"link {link['a']} ({link['a_address']}) <-> {link['b']} "
+                              f"({link['b_address']})")
+    else:
+        out_console.print("no links (nodes cannot reach each other; `nestednet link add`)")
+
+
+def _ip(address: str) -> str:
+    return address.split("/")[0]
+
+
+@click.command("exec", context_settings={"ignore_unknown_options": True})
+@LAB_OPTION
+@click.argument("node")
+@click.argument("component")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(lab: str, node: str, component: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND in one component; its output and exit status are passed through.
+
+    \b
+    Example:
+      nestednet exec n1 iphy2 -- ip -br addr
+    """
+    from nestednet.lab import components
+    from nestednet.lab.nodes import Lab
+
+    def write(stream):
+        def _write(data: bytes) -> None:
+            stream.buffer.write(data)
+            stream.flush()
+        return _write
+
+    code = components.exec_in(Lab.open(lab), node, component, list(command),
+                              write(sys.stdout), write(sys.stderr))
+    sys.exit(code)
+
+
+@click.command()
+@LAB_OPTION
+@click.argument("node")
+@click.argument("component")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--restart", is_flag=True,
+              help="Restart the component afterwards (only it; siblings keep running).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def swap(lab: str, node: str, component: str, path: Path, restart: bool,
+         as_json: bool) -> None:
+    """Copy user code PATH into one component (at /opt/nestednet/user).
+
+    On start the component runs /opt/nestednet/user/run (if executable) or
+    /opt/nestednet/user/main.py; the directory also comes first on PYTHONPATH, so a
+    `nestednet/agent` package in it replaces the GNAB agent. With --restart the
+    component is restarted and re-wired with its old addresses; links stay.
+    """
+    from nestednet.lab import components
+    from nestednet.lab.nodes import Lab
+
+    result = components.swap(Lab.open(lab), node, component, path, restart=restart)
+    if as_json:
+        print_json(result)
+    else:
+        out_console.print(f"copied {path} to {node} {component}:{result['to']}"
+                          + (", restarted it" if result["restarted"] else
+                             " (not restarted; add --restart)"))
+
+
+@click.command()
+@LAB_OPTION
+def delete(lab: str) -> None:
+    """Remove everything the lab created (containers, veths, bridges, netns, files)."""
+    from nestednet.lab import record, teardown
+
+    if not record.LabRecord(lab).exists():
+        out_console.print(f"no lab {lab}: nothing to delete")
+        return
+    removed = teardown.delete_lab(record.LabRecord(lab))
+    out_console.print(f"lab {lab} deleted ({len(removed.items)} resources)")
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def cleanup(dry_run: bool, as_json: bool) -> None:
+    """Remove leftovers of crashed runs, found by label, name and lab records.
+
+    Unfinished labs whose create is no longer running, and containers, OVS bridges
+    and namespaces carrying NestedNet marks but no lab record. Complete labs are
+    kept (remove them with `nestednet delete`); nothing without our marks is touched.
+    """
+    from nestednet.lab import teardown
+
+    result = teardown.cleanup(dry_run=dry_run)
+    if as_json:
+        print_json({"dry_run": dry_run, "removed": result.items, "kept": result.kept})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in result.items:
+        out_console.print(f"{verb} {item}")
+    for item in result.kept:
+        out_console.print(f"kept {item}")
+    if not result.items:
+        out_console.print("nothing to clean up")

@@ -1,0 +1,75 @@
+"""Inter-node links as flow pairs on the lab's main bridge.
+
+The main bridge is fail_mode=secure with no flows, so nodes are cut off from each
+other until a link exists. A link between two iPHY ports is two flows (a->b, b->a)
+under one cookie that encodes both port numbers, so the bridge's flow table itself
+is the list of links: nothing else to keep in sync, and the CA (which installs
+links the same way) and `link list` never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestednet.adapters import openflow
+from nestednet.lab.record import LabRecord
+from nestednet.model import link_rules
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan, plan_from_dict
+
+COOKIE_MARK = 0x4E4E << 48
+"""High bits of every link cookie ("NN"): flows without it are not ours."""
+PORT_BITS = 24
+
+
+@dataclass(frozen=True)
+class LabLinks:
+    lab: str
+    bridge: str
+    plan: AddressPlan
+
+    @classmethod
+    def of(cls, record: LabRecord) -> LabLinks:
+        meta = record.meta()
+        shape = topo.Shape(meta["nodes"], meta["iphys"])
+        return cls(record.lab, meta["main_bridge"], plan_from_dict(shape, meta["plan"]))
+
+    def port(self, end: topo.Endpoint) -> int:
+        return self.plan.port_number(end.node, end.iphy)
+
+    def endpoint(self, port: int) -> topo.Endpoint:
+        m = self.plan.shape.iphys
+        return topo.Endpoint((port - 1) // m + 1, (port - 1) % m + 1)
+
+    def cookie(self, a: topo.Endpoint, b: topo.Endpoint) -> int:
+        pa, pb = sorted((self.port(a), self.port(b)))
+        return COOKIE_MARK | (pa << PORT_BITS) | pb
+
+    def links(self) -> list[link_rules.Link]:
+        """The links present on the bridge now, read from its flow table."""
+        found = set()
+        for flow in openflow.dump(self.bridge):
+            if flow.cookie >> 48 != COOKIE_MARK >> 48:
+                continue
+            pa = (flow.cookie >> PORT_BITS) & ((1 << PORT_BITS) - 1)
+            pb = flow.cookie & ((1 << PORT_BITS) - 1)
+            found.add(link_rules.normalized(self.endpoint(pa), self.endpoint(pb)))
+        return sorted(found)
+
+    def add(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
+        link = link_rules.check_new_link(self.links(), a, b)
+        openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
+                                                         self.port(b)))
+        return link
+
+    def delete(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
+        link = link_rules.find_link(self.links(), a, b)
+        openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
+        return link
+
+    def describe(self, link: link_rules.Link) -> dict:
+        a, b = link
+        return {"a": str(a), "b": str(b),
+                "a_address": str(self.plan.inter_address(a.node, a.iphy).ip),
+                "b_address": str(self.plan.inter_address(b.node, b.iphy).ip),
+                "cookie": f"{self.cookie(a, b):#x}"}

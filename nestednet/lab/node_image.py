@@ -1,0 +1,113 @@
+"""Giving every node's inner engine the component image, fast.
+
+`docker load` of the component archive costs seconds per node (PLATFORM.md), and it
+writes a private copy of every file, so the page cache holds one copy per node.
+Instead the image is loaded once into a template inner data-root, and each node
+gets a copy of that template whose image layers are hard links: the layer trees
+are only ever used as read-only overlay lower dirs, while the engine's own
+databases (which it rewrites in place) are real copies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet import LABEL_PREFIX, images
+from nestednet.adapters import docker_engine
+from nestednet.errors import EnvironmentProblem
+
+TEMPLATES_DIR = Path("/var/lib/nestednet/templates")
+TEMPLATE_LABEL = f"{LABEL_PREFIX}.template"
+STATE_MOUNT = "/nestednet"
+DATA_MOUNT = "/var/lib/docker"
+
+
+def wait_ready(state_dir: Path, container: docker.models.containers.Container,
+               timeout: float = 90.0) -> str:
+    """Wait for the parent's entrypoint to publish `ready` (or `failed`)."""
+    deadline = time.monotonic() + timeout
+    ready, failed = state_dir / "ready", state_dir / "failed"
+    delay = 0.02
+    while time.monotonic() < deadline:
+        if ready.exists():
+            return ready.read_text().strip()
+        if failed.exists():
+            raise EnvironmentProblem(f"node parent {container.name} failed to start: "
+                                     f"{failed.read_text().strip()}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+        if delay >= 0.2:
+            container.reload()
+            if container.status not in ("created", "running"):
+                logs = container.logs(tail=5).decode(errors="replace").strip()
+                raise EnvironmentProblem(f"node parent {container.name} exited: {logs}")
+    raise EnvironmentProblem(f"node parent {container.name} not ready after {timeout:.0f} s")
+
+
+def parent_binds(state_dir: Path, data_dir: Path) -> dict[str, dict]:
+    return {str(state_dir): {"bind": STATE_MOUNT, "mode": "rw"},
+            str(data_dir): {"bind": DATA_MOUNT, "mode": "rw"}}
+
+
+def template_for(client: docker.DockerClient, security: dict) -> Path:
+    """The inner data-root holding the current component image (made once per image id)."""
+    image = images.require(client, images.COMPONENT_IMAGE)
+    key = image.id.split(":")[1][:16]
+    final = TEMPLATES_DIR / key
+    if (final / "docker").is_dir():
+        return final / "docker"
+    images.require(client, images.DIND_IMAGE)
+    archive = images.component_archive(client)
+    TEMPLATES_DIR.mkdir(parents=True, exist_ok=True)
+    work = TEMPLATES_DIR / f".build-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    state, data = work / "state", work / "docker"
+    state.mkdir(parents=True)
+    data.mkdir()
+    name = f"nestednet-template-{work.name[7:]}"
+    try:
+        container = docker_engine.start_container(
+            client, images.DIND_IMAGE, name=name, labels={TEMPLATE_LABEL: key},
+            security=security, binds=parent_binds(state, data))
+        wait_ready(state, container)
+        inner = docker_engine.connect(f"unix://{state}/docker.sock")
+        with open(archive, "rb") as tar:
+            inner.images.load(tar.read())
+        inner.close()
+        container.stop(timeout=30)
+        container.remove(v=True, force=True)
+        shutil.rmtree(state, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another create made it meanwhile: use theirs
+            work.rename(final)
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"could not prepare the component image for nodes: "
+                                 f"{docker_engine.explain(exc)}") from exc
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.containers.get(name).remove(v=True, force=True)
+        shutil.rmtree(work, ignore_errors=True)
+    for old in TEMPLATES_DIR.iterdir():
+        if old.name != key and not old.name.startswith(".build-"):
+            shutil.rmtree(old, ignore_errors=True)
+    return final / "docker"
+
+
+def clone(template: Path, dest: Path) -> None:
+    """Copy ``template`` to ``dest``: image layer trees hard-linked, the rest copied."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in template.iterdir():
+        # cp keeps owners, modes, xattrs and special files exactly; shutil.copytree does not
+        # keep device nodes/whiteouts that overlay layers may contain.
+        flag = "-al" if entry.name == "overlay2" else "-a"
+        done = subprocess.run(["cp", flag, str(entry), str(dest)], capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            raise EnvironmentProblem(f"copying the image template failed: {done.stderr.strip()}")

@@ -1,0 +1,100 @@
+"""Reaching the nodes of an existing lab: parent containers, inner engines, memory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet.adapters import docker_engine
+from nestednet.errors import EnvironmentProblem
+from nestednet.lab import record as lab_record
+from nestednet.lab.record import LabRecord
+from nestednet.model import topology as topo
+
+
+@dataclass
+class Lab:
+    record: LabRecord
+    meta: dict
+    shape: topo.Shape
+    client: docker.DockerClient
+
+    @classmethod
+    def open(cls, name: str) -> Lab:
+        record = lab_record.load(name)
+        meta = record.meta()
+        if not meta:
+            raise EnvironmentProblem(f"lab {name} has no readable lab.json (a crashed create?)",
+                                     hint="`nestednet cleanup` or `nestednet delete --lab "
+                                          f"{name}`")
+        if meta.get("status") != "complete":
+            raise EnvironmentProblem(f"lab {name} is not complete (status {meta.get('status')})",
+                                     hint="wait for its create to finish, or `nestednet "
+                                          "cleanup` if that create crashed")
+        return cls(record, meta, topo.Shape(meta["nodes"], meta["iphys"]),
+                   docker_engine.connect())
+
+    def state_dir(self, node: int) -> Path:
+        return self.record.node_dir(node) / "state"
+
+    def parent(self, node: int) -> docker.models.containers.Container:
+        name = topo.parent_container(self.record.lab, node)
+        try:
+            return self.client.containers.get(name)
+        except docker.errors.NotFound as exc:
+            raise EnvironmentProblem(f"node parent {name} is gone",
+                                     hint=f"`nestednet delete --lab {self.record.lab}` and "
+                                          "create the lab again") from exc
+
+    @contextlib.contextmanager
+    def inner(self, node: int) -> Iterator[docker.DockerClient]:
+        client = docker_engine.connect(f"unix://{self.state_dir(node)}/docker.sock",
+                                       timeout=30)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def child(self, inner: docker.DockerClient, component: str
+              ) -> docker.models.containers.Container:
+        try:
+            return inner.containers.get(component)
+        except docker.errors.NotFound as exc:
+            raise EnvironmentProblem(f"component {component} not found in its node") from exc
+
+
+def cgroup_memory(pid: int) -> dict[str, int] | None:
+    """Memory of the cgroup of host process ``pid`` and everything below it, in bytes.
+
+    `used` follows `docker stats`: usage minus inactive file cache (reclaimable).
+    Node parents start their children under their own cgroup, so a parent's figure
+    covers its inner engine, OVS and all its components.
+    """
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
+    if v1:
+        base = Path("/sys/fs/cgroup/memory") / v1[0].lstrip("/")
+        usage_file, prefix = base / "memory.usage_in_bytes", "total_"
+    else:
+        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+        if not v2:
+            return None
+        base = Path("/sys/fs/cgroup") / v2[0].lstrip("/")
+        usage_file, prefix = base / "memory.current", ""
+    try:
+        usage = int(usage_file.read_text())
+        stat = dict(line.split() for line in (base / "memory.stat").read_text().splitlines())
+    except OSError:
+        return None
+    inactive = int(stat.get(f"{prefix}inactive_file", 0))
+    anon = int(stat.get(f"{prefix}rss", stat.get("anon", 0)))
+    return {"usage": usage, "used": usage - inactive, "anon": anon,
+            "file": int(stat.get(f"{prefix}cache", stat.get("file", 0)))}

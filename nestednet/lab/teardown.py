@@ -1,0 +1,164 @@
+"""Removing labs: `delete` (one lab, from its record) and `cleanup` (crash leftovers).
+
+Both only ever remove what carries our marks: containers and OVS bridges are
+removed only when labelled with the lab, namespaces and veths only under the lab's
+own names from its record. Everything is idempotent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.lab import node_image
+from nestednet.lab.record import (
+    CONTAINER,
+    NETNS,
+    OVS_BRIDGE,
+    VETH,
+    LabRecord,
+    existing_labs,
+)
+from nestednet.lab.wiring import LAB_ID
+
+Report = Callable[[str], None]
+
+
+@dataclass
+class Removed:
+    """What a delete or cleanup removed (or would remove, on a dry run)."""
+
+    items: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.items.append(text)
+
+
+def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
+               ovs: Ovsdb | None = None, dry_run: bool = False) -> Removed:
+    """Remove every resource in the lab's record, then the record itself."""
+    removed = Removed()
+    resources = record.resources()
+    client = client or docker_engine.connect()
+    own_ovs = ovs is None
+    ovs = ovs or Ovsdb()
+    try:
+        for res in (r for r in resources if r.kind == CONTAINER):
+            if _remove_container(client, res.name, record.lab, dry_run):
+                removed.add(f"container {res.name}")
+        with netlink.route() as host:
+            for res in (r for r in resources if r.kind == VETH):
+                if dry_run:
+                    if netlink.exists(host, res.name):
+                        removed.add(f"veth {res.name}")
+                elif netlink.delete(host, res.name):
+                    removed.add(f"veth {res.name}")
+        bridges = ovs.bridges()
+        for res in (r for r in resources if r.kind == OVS_BRIDGE):
+            if bridges.get(res.name, {}).get(LAB_ID) == record.lab:
+                if not dry_run:
+                    ovs.del_bridge(res.name)
+                removed.add(f"OVS bridge {res.name}")
+        for res in (r for r in resources if r.kind == NETNS):
+            if res.name in netlink.list_netns():
+                if not dry_run:
+                    netlink.remove_netns(res.name)
+                removed.add(f"netns {res.name}")
+    finally:
+        if own_ovs:
+            ovs.close()
+    if record.exists():
+        if not dry_run:
+            record.remove_files()
+        removed.add(f"directory {record.path}")
+    return removed
+
+
+def _remove_container(client: docker.DockerClient, name: str, lab: str, dry_run: bool) -> bool:
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        return False
+    if container.labels.get(LAB_ID) != lab:
+        return False  # same name, not ours: never touch it
+    if not dry_run:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(v=True, force=True)
+    return True
+
+
+def _alive(pid: int, start: str) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return not start or stat.rsplit(")", 1)[1].split()[19] == start
+
+
+def cleanup(*, dry_run: bool = False) -> Removed:
+    """Remove leftovers of crashed runs; keep complete labs and creates still running.
+
+    A lab is a leftover when its create never finished and the process that ran it
+    is gone. Anything carrying our labels or names whose lab has no record at all is
+    a leftover too.
+    """
+    result = Removed()
+    client = docker_engine.connect()
+    with Ovsdb() as ovs:
+        labs = existing_labs()
+        for lab in labs:
+            record = LabRecord(lab)
+            meta = record.meta()
+            if meta.get("status") == "complete":
+                result.kept.append(f"lab {lab} (complete; `nestednet delete --lab {lab}`)")
+                continue
+            if meta and _alive(int(meta.get("creator_pid", 0)), meta.get("creator_start", "")):
+                result.kept.append(f"lab {lab} (being created by pid {meta['creator_pid']})")
+                continue
+            sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+            result.items.extend(f"{item} (lab {lab}, unfinished)" for item in sub.items)
+        known = set(labs)
+        for container in client.containers.list(all=True, filters={"label": LAB_ID}):
+            if container.labels.get(LAB_ID) not in known:
+                if not dry_run:
+                    with contextlib.suppress(docker.errors.NotFound):
+                        container.remove(v=True, force=True)
+                result.add(f"container {container.name} (no lab record)")
+        for container in client.containers.list(
+                all=True, filters={"label": node_image.TEMPLATE_LABEL}):
+            match = re.fullmatch(r"nestednet-template-(\d+)-\w+", container.name)
+            if match and not _alive(int(match.group(1)), ""):
+                if not dry_run:
+                    with contextlib.suppress(docker.errors.NotFound):
+                        container.remove(v=True, force=True)
+                result.add(f"container {container.name} (unfinished image template)")
+        for bridge, ids in ovs.bridges().items():
+            lab = ids.get(LAB_ID)
+            if lab and lab not in known:
+                if not dry_run:
+                    ovs.del_bridge(bridge)
+                result.add(f"OVS bridge {bridge} (no lab record)")
+    for name in netlink.list_netns():
+        match = re.fullmatch(r"nestednet-([a-z][a-z0-9]{0,7})-ctl", name)
+        if match and match.group(1) not in known:
+            if not dry_run:
+                netlink.remove_netns(name)
+            result.add(f"netns {name} (no lab record)")
+    if node_image.TEMPLATES_DIR.is_dir():
+        for work in node_image.TEMPLATES_DIR.glob(".build-*"):
+            match = re.fullmatch(r"\.build-(\d+)-\w+", work.name)
+            if match and not _alive(int(match.group(1)), ""):
+                if not dry_run:
+                    shutil.rmtree(work, ignore_errors=True)
+                result.add(f"directory {work} (unfinished image template)")
+    return result

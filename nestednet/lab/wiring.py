@@ -1,0 +1,92 @@
+"""Wiring one component: its veths, addresses and switch ports.
+
+Used when a node is built and again when a restarted component comes back with a
+fresh network namespace (its old veths died with the old one). Each veth pair is
+made in the host namespace with TX checksum offload off on both ends, then each end
+moves (and is renamed) into its namespace; the end that moves last is recorded, so
+a crash mid-way leaves nothing unrecorded in the host namespace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestednet.adapters import netlink
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.lab.record import VETH, LabRecord
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan
+
+LAB_ID = "org.nestednet.lab"
+
+
+@dataclass
+class NodeHandles:
+    """What wiring needs to reach one node."""
+
+    lab: str
+    node: int
+    parent_pid: int
+    node_ovs: Ovsdb
+    host_ovs: Ovsdb
+    plan: AddressPlan
+    record: LabRecord
+
+
+def _ids(handles: NodeHandles, component: int) -> dict[str, str]:
+    return {LAB_ID: handles.lab, "org.nestednet.node": topo.node_name(handles.node),
+            "org.nestednet.component": topo.component_name(component)}
+
+
+def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
+    """Connect component ``component`` (0 = GNAB) whose host pid is ``child_pid``."""
+    lab, node = h.lab, h.node
+
+    def name(role: str) -> str:
+        return topo.veth_name(lab, node, role, component)
+
+    intra_parent, intra_child = name("intra-parent"), name("intra-child")
+    with netlink.route() as host:
+        netlink.add_veth(host, intra_parent, intra_child)
+        h.record.add(VETH, intra_parent)
+        netlink.move(host, intra_child, child_pid, topo.CHILD_INTRA_IF)
+        netlink.move(host, intra_parent, h.parent_pid)
+        if component == 0:
+            outer, outer_child = name("control-host"), name("control-child")
+            netlink.add_veth(host, outer, outer_child)
+            h.record.add(VETH, outer)
+            netlink.move(host, outer_child, child_pid, topo.CHILD_CONTROL_IF)
+            netlink.move(host, outer, topo.control_netns(lab))
+            outer_address = h.plan.control_address(node)
+        else:
+            outer, outer_child = name("inter-host"), name("inter-child")
+            netlink.add_veth(host, outer, outer_child)
+            h.record.add(VETH, outer)
+            netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
+            netlink.up(host, outer)
+            outer_address = h.plan.inter_address(node, component)
+    with netlink.route(netlink.netns_path(child_pid)) as child:
+        netlink.up(child, "lo")
+        netlink.configure(child, topo.CHILD_INTRA_IF, h.plan.intra_address(component))
+        netlink.configure(child, topo.CHILD_CONTROL_IF if component == 0
+                          else topo.CHILD_INTER_IF, outer_address)
+    with netlink.route(netlink.netns_path(h.parent_pid)) as parent:
+        netlink.up(parent, intra_parent)
+    h.node_ovs.add_port(topo.node_bridge(lab), intra_parent, external_ids=_ids(h, component))
+    if component == 0:
+        with netlink.route(topo.control_netns(lab)) as ctl:
+            netlink.configure(ctl, outer, master=topo.control_bridge(lab))
+    else:
+        h.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=_ids(h, component),
+                            ofport=h.plan.port_number(node, component))
+
+
+def unwire_component(h: NodeHandles, component: int) -> None:
+    """Drop the switch ports of a component whose namespace is gone (before re-wiring)."""
+    h.node_ovs.del_port(topo.veth_name(h.lab, h.node, "intra-parent", component))
+    if component > 0:
+        h.host_ovs.del_port(topo.veth_name(h.lab, h.node, "inter-host", component))
+    with netlink.route() as host:
+        for role in ("inter-host", "intra-parent", "control-host", "intra-child",
+                     "inter-child", "control-child"):
+            netlink.delete(host, topo.veth_name(h.lab, h.node, role, component))

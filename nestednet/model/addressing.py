@@ -1,0 +1,115 @@
+"""The address plan of a lab (pure).
+
+Documented plan (the paper's defaults):
+
+* intra-node net, the same in every node (nodes are isolated from each other):
+  192.168.0.0/24, GNAB .1, iPHY j .(10+j);
+* inter-node net, one address per iPHY across the lab: 192.168.2.0/24, iPHY j of
+  node i gets host number (i-1)*M + j; the prefix widens (/23, /22, ...) when N*M
+  needs more addresses, as long as it stays clear of the intra-node net;
+* control net, between every GNAB and the communication assistant (CA):
+  10.99.0.0/16, the CA .0.1, the GNAB of node i the (1+i)-th address after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+
+from nestednet.errors import UsageError
+from nestednet.model.topology import Shape
+
+INTRA_NET = IPv4Network("192.168.0.0/24")
+INTER_BASE = IPv4Network("192.168.2.0/24")
+CONTROL_NET = IPv4Network("10.99.0.0/16")
+GNAB_HOST = 1
+IPHY_HOST_OFFSET = 10
+CA_PORT = 6100
+"""TCP port the CA listens on in the control namespace (recorded for the CA)."""
+
+
+def inter_network(shape: Shape, base: IPv4Network = INTER_BASE,
+                  intra: IPv4Network = INTRA_NET) -> IPv4Network:
+    """The smallest network starting from ``base`` that holds one address per iPHY."""
+    needed = shape.nodes * shape.iphys
+    prefix = base.prefixlen
+    while prefix >= 8:
+        net = IPv4Network(f"{base.network_address}/{prefix}", strict=False)
+        if net.num_addresses - 2 >= needed:
+            if net.overlaps(intra):
+                break
+            return net
+        prefix -= 1
+    raise UsageError(
+        f"{shape.nodes} nodes x {shape.iphys} iPHYs = {needed} inter-node addresses do not "
+        f"fit the plan: growing {base} far enough would overlap the intra-node net {intra} "
+        f"(at most {_capacity(base, intra)} iPHYs in all)")
+
+
+def _capacity(base: IPv4Network, intra: IPv4Network) -> int:
+    best = 0
+    prefix = base.prefixlen
+    while prefix >= 8:
+        net = IPv4Network(f"{base.network_address}/{prefix}", strict=False)
+        if net.overlaps(intra):
+            break
+        best = net.num_addresses - 2
+        prefix -= 1
+    return best
+
+
+@dataclass(frozen=True)
+class AddressPlan:
+    """Every address of a lab, computed from its shape."""
+
+    shape: Shape
+    intra: IPv4Network = INTRA_NET
+    inter: IPv4Network = INTER_BASE
+    control: IPv4Network = CONTROL_NET
+
+    @classmethod
+    def for_shape(cls, shape: Shape) -> AddressPlan:
+        if shape.iphys + IPHY_HOST_OFFSET > INTRA_NET.num_addresses - 2:
+            raise UsageError(f"{shape.iphys} iPHYs do not fit the intra-node net {INTRA_NET}")
+        if shape.nodes + 1 > CONTROL_NET.num_addresses - 2:
+            raise UsageError(f"{shape.nodes} nodes do not fit the control net {CONTROL_NET}")
+        return cls(shape, inter=inter_network(shape))
+
+    def intra_address(self, component: int) -> IPv4Interface:
+        """Component 0 is the GNAB, j the j-th iPHY."""
+        host = GNAB_HOST if component == 0 else IPHY_HOST_OFFSET + component
+        return IPv4Interface(f"{self.intra.network_address + host}/{self.intra.prefixlen}")
+
+    def inter_address(self, node: int, iphy: int) -> IPv4Interface:
+        host = self.port_number(node, iphy)
+        return IPv4Interface(f"{self.inter.network_address + host}/{self.inter.prefixlen}")
+
+    def port_number(self, node: int, iphy: int) -> int:
+        """The iPHY's index across the lab: its inter-net host number and main-bridge ofport."""
+        return (node - 1) * self.shape.iphys + iphy
+
+    def ca_address(self) -> IPv4Interface:
+        return IPv4Interface(f"{self.control.network_address + 1}/{self.control.prefixlen}")
+
+    def control_address(self, node: int) -> IPv4Interface:
+        return IPv4Interface(
+            f"{self.control.network_address + 1 + node}/{self.control.prefixlen}")
+
+    def as_dict(self) -> dict:
+        return {"intra": str(self.intra), "inter": str(self.inter),
+                "control": str(self.control), "ca": str(self.ca_address().ip),
+                "gnab": str(self.intra_address(0).ip),
+                "iphy": f"{self.intra.network_address}+{IPHY_HOST_OFFSET}+j"}
+
+
+def plan_from_dict(shape: Shape, data: dict) -> AddressPlan:
+    return AddressPlan(shape, IPv4Network(data["intra"]), IPv4Network(data["inter"]),
+                       IPv4Network(data["control"]))
+
+
+def address_owner(plan: AddressPlan, address: IPv4Address) -> tuple[int, int] | None:
+    """(node, iphy) owning an inter-node address, or None."""
+    offset = int(address) - int(plan.inter.network_address)
+    if not 1 <= offset <= plan.shape.nodes * plan.shape.iphys:
+        return None
+    return (offset - 1) // plan.shape.iphys + 1, (offset - 1) % plan.shape.iphys + 1
