@@ -12,8 +12,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO

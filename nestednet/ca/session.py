@@ -21,13 +21,13 @@ from pyroute2 import netns
 
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
 from nestednet.ca.flows import MainBridgeInstaller
-from nestednet.ca.player import PlayResult, Player
+from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import ControlServer, listen
 from nestednet.errors import UsageError
-from nestednet.lab.record import LabRecord
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
+from nestednet.lab.record import LabRecord
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.link_table import LinkTable
@@ -165,8 +165,20 @@ class CaSession:
         self.player.apply_now(index)
 
     def settled(self) -> bool:
-        """Every visible pair with a free iPHY on both sides is linked."""
-        return not self.table.unlinked_feasible_pairs()
+        """Every visible pair with a free iPHY on both sides is linked, flows included.
+
+        Asked on the CA's thread: a batch is decided and its flows installed in one go
+        there, so the answer never sees a link whose flows are not yet on the bridge.
+        """
+        answer: dict[str, bool] = {}
+        done = threading.Event()
+
+        def probe() -> None:
+            answer["settled"] = not self.table.unlinked_feasible_pairs()
+            done.set()
+
+        self.server.call_soon(probe)
+        return done.wait(10) and answer["settled"]
 
     def close(self) -> None:
         """Withdraw every link the CA made (flows included), then stop serving."""

@@ -29,9 +29,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from nestednet.cli import doctor, images, links, nodes
+    from nestednet.cli import doctor, images, links, nodes, run
 
-    for module in (doctor, images, nodes, links):
+    for module in (doctor, images, nodes, links, run):
         module.register(main)
 
 

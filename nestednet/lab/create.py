@@ -266,6 +266,12 @@ class _NodeBuilder:
         mem = f"{request.memory_mb}m" if request.memory_mb else None
         cpus = int(request.cpus * 1e9) if request.cpus else None
         pids = {}
+        # The GNAB agent reaches the CA over the control net and polls its iPHYs.
+        agent_env = {
+            "NESTEDNET_CA": f"{self.plan.ca_address().ip}:{CA_PORT}",
+            "NESTEDNET_IPHYS": ",".join(f"{topo.component_name(j)}={self.plan.intra_address(j).ip}"
+                                        for j in range(1, self.shape.iphys + 1)),
+        }
         for index in range(self.shape.iphys + 1):
             component = topo.component_name(index)
             role = "gnab" if index == 0 else "iphy"
@@ -275,7 +281,7 @@ class _NodeBuilder:
                     labels=labels(lab, node=topo.node_name(node), component=component),
                     environment={"NESTEDNET_ROLE": role, "NESTEDNET_LAB": lab,
                                  "NESTEDNET_NODE": topo.node_name(node),
-                                 "NESTEDNET_COMPONENT": component},
+                                 "NESTEDNET_COMPONENT": component, **agent_env},
                     hostname=f"{topo.node_name(node)}-{component}", mem_limit=mem,
                     nano_cpus=cpus)
             except docker.errors.DockerException as exc:
