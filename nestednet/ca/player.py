@@ -35,17 +35,8 @@ class Player:
     def apply_now(self, index: int, timeout: float = 30.0) -> None:
         """Apply step ``index`` on the CA thread and wait until it has been applied."""
         step = self.scenario.steps[index]
-        done = threading.Event()
-
-        def apply() -> None:
-            try:
-                self.ca.apply_step(index, step.time, sorted(step.visible))
-            finally:
-                done.set()
-
-        self.server.call_soon(apply)
-        if not done.wait(timeout):
-            raise TimeoutError(f"the CA did not apply step {index} within {timeout} s")
+        self.server.call(lambda: self.ca.apply_step(index, step.time, sorted(step.visible)),
+                         timeout)
 
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
              tick: float = 0.25) -> PlayResult:

@@ -16,11 +16,12 @@ import selectors
 import socket
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from nestednet.agent import protocol as p
 
 log = logging.getLogger("nestednet.ca")
+T = TypeVar("T")
 
 
 class Handler(Protocol):
@@ -59,6 +60,30 @@ class ControlServer:
         self._calls.put(fn)
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
+
+    def call(self, fn: Callable[[], T], timeout: float = 30.0) -> T:
+        """Run ``fn`` on the server thread and return its result (or raise its error).
+
+        Batches are decided and their flows installed in one go on that thread, so what
+        ``fn`` sees is never half-way through a batch.
+        """
+        outcome: dict[str, object] = {}
+        done = threading.Event()
+
+        def wrapped() -> None:
+            try:
+                outcome["value"] = fn()
+            except BaseException as exc:
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        self.call_soon(wrapped)
+        if not done.wait(timeout):
+            raise TimeoutError(f"the CA thread did not answer within {timeout} s")
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        return outcome["value"]  # type: ignore[return-value]
 
     def stop(self) -> None:
         self._stop.set()

@@ -165,40 +165,25 @@ class CaSession:
         self.player.apply_now(index)
 
     def settled(self) -> bool:
-        """Every visible pair with a free iPHY on both sides is linked, flows included.
-
-        Asked on the CA's thread: a batch is decided and its flows installed in one go
-        there, so the answer never sees a link whose flows are not yet on the bridge.
-        """
-        answer: dict[str, bool] = {}
-        done = threading.Event()
-
-        def probe() -> None:
-            answer["settled"] = not self.table.unlinked_feasible_pairs()
-            done.set()
-
-        self.server.call_soon(probe)
-        return done.wait(10) and answer["settled"]
+        """Every visible pair with a free iPHY on both sides is linked, flows included."""
+        return self.server.call(lambda: not self.table.unlinked_feasible_pairs(), 10)
 
     def close(self) -> None:
         """Withdraw every link the CA made (flows included), then stop serving."""
         if self._closed:
             return
         self._closed = True
-        done = threading.Event()
 
         def withdraw() -> None:
-            try:
-                gone = self.table.set_visibility(())
-                if gone:
-                    self.installer.remove([ends_of(link) for link in gone])
-            finally:
-                done.set()
+            gone = self.table.set_visibility(())
+            if gone:
+                self.installer.remove([ends_of(link) for link in gone])
 
-        self.server.call_soon(withdraw)
-        done.wait(10)
-        self.server.stop()
-        self.events.close()
+        try:
+            self.server.call(withdraw, 10)
+        finally:
+            self.server.stop()
+            self.events.close()
 
     def __enter__(self) -> CaSession:
         return self

@@ -26,15 +26,14 @@ import threading
 import time
 from pathlib import Path
 
-from nestednet.model.link_table import LinkTable
-from nestednet.model.visibility import generate
-
 from nestednet import capabilities
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.assistant import CommunicationAssistant, EventLog
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.player import Player
 from nestednet.ca.server import ControlServer, listen
+from nestednet.model.link_table import LinkTable
+from nestednet.model.visibility import generate
 
 BRIDGE = "nnbench-ca"
 
@@ -78,12 +77,11 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
         for index in range(len(scenario.steps)):
             player.apply_now(index)
             start = time.monotonic()
-            while table.unlinked_feasible_pairs():
+            while not (settled := server.call(lambda: not table.unlinked_feasible_pairs())):
                 if time.monotonic() - start > settle_timeout:
                     break
                 time.sleep(0.002)
-            settled = not table.unlinked_feasible_pairs()
-            progress = ca.progress
+            progress = server.call(lambda: ca.progress)
             results.append({"step": index, "settled": settled,
                             "ms": round((progress.last_change - progress.started) * 1000, 2),
                             "links_up": progress.links_up, "links_down": progress.links_down,

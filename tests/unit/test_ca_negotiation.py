@@ -12,12 +12,12 @@ import threading
 import time
 
 import pytest
-from nestednet.model.link_table import LinkTable
 
 from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.server import ControlServer, listen
+from nestednet.model.link_table import LinkTable
 
 pytestmark = pytest.mark.unit
 
@@ -77,9 +77,7 @@ def _wait(cond, what: str, timeout: float = 10.0) -> None:
 
 
 def _play(server, ca, pairs) -> None:
-    done = threading.Event()
-    server.call_soon(lambda: (ca.apply_step(ca.progress.step + 1, 0.0, pairs), done.set()))
-    assert done.wait(5)
+    server.call(lambda: ca.apply_step(ca.progress.step + 1, 0.0, pairs), 5)
 
 
 def _settled(table, agents) -> bool:
