@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 
@@ -73,3 +74,104 @@ def dump(bridge: str) -> list[Flow]:
             cookie, priority, in_port, output = match.groups()
             flows.append(Flow(int(cookie, 16), int(in_port), int(output), int(priority)))
     return flows
+
+
+class Channel:
+    """A persistent OpenFlow 1.3 session with one bridge, for callers that change flows often.
+
+    The CA installs a batch of links per negotiation round; one `ovs-ofctl` process per
+    batch costs ~9 ms, which dominated a 100-node step. This talks OpenFlow directly
+    over the bridge's own management socket (<rundir>/<bridge>.mgmt) with os-ken's
+    message classes: a batch is its flow-mods plus a barrier, answered in well under a
+    millisecond. An error reply for any message of the batch raises.
+    """
+
+    def __init__(self, bridge: str, rundir: str = "/var/run/openvswitch",
+                 timeout: float = 10.0) -> None:
+        import socket
+        import threading
+        import types
+
+        from linkemu import os_ken_compat
+
+        os_ken_compat.apply()
+        from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+
+        self._ofp, self._parser = ofproto_v1_3, ofproto_v1_3_parser
+        self._dp = types.SimpleNamespace(ofproto=ofproto_v1_3, ofproto_parser=ofproto_v1_3_parser)
+        self._lock = threading.Lock()
+        self._xid = 0
+        self.bridge = bridge
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(f"{rundir}/{bridge}.mgmt")
+            self._send(self._parser.OFPHello(self._dp))
+            kind, _, _ = self._receive()
+        except OSError as exc:
+            self._sock.close()
+            raise EnvironmentProblem(f"no OpenFlow session with bridge {bridge}: {exc}") from exc
+        if kind != self._ofp.OFPT_HELLO:
+            self._sock.close()
+            raise EnvironmentProblem(f"bridge {bridge} did not answer the OpenFlow HELLO")
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _send(self, message: object) -> int:
+        self._xid += 1
+        message.set_xid(self._xid)
+        message.serialize()
+        self._sock.sendall(message.buf)
+        return self._xid
+
+    def _receive(self) -> tuple[int, int, bytes]:
+        header = self._exactly(8)
+        _version, kind, length, xid = struct.unpack("!BBHI", header)
+        return kind, xid, self._exactly(length - 8)
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self._sock.recv(size - len(data))
+            if not chunk:
+                raise EnvironmentProblem(f"bridge {self.bridge} closed the OpenFlow session")
+            data += chunk
+        return data
+
+    def _output_flow(self, cookie: int, in_port: int, out_port: int) -> object:
+        p, ofp = self._parser, self._ofp
+        return p.OFPFlowMod(self._dp, cookie=cookie, priority=LINK_PRIORITY,
+                            command=ofp.OFPFC_ADD, match=p.OFPMatch(in_port=in_port),
+                            instructions=[p.OFPInstructionActions(
+                                ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionOutput(out_port)])])
+
+    def _delete_cookie(self, cookie: int) -> object:
+        ofp = self._ofp
+        return self._parser.OFPFlowMod(self._dp, cookie=cookie, cookie_mask=(1 << 64) - 1,
+                                       table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
+                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+
+    def change(self, *, add: list[tuple[int, int, int]] = (),
+               delete: list[int] = ()) -> None:
+        """Add (cookie, port a, port b) link pairs and delete cookies, as one batch."""
+        messages = [self._delete_cookie(cookie) for cookie in delete]
+        for cookie, a, b in add:
+            messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
+        if not messages:
+            return
+        with self._lock:
+            for message in messages:
+                self._send(message)
+            barrier = self._send(self._parser.OFPBarrierRequest(self._dp))
+            errors = []
+            while True:
+                kind, xid, body = self._receive()
+                if kind == self._ofp.OFPT_ERROR:
+                    err_type, err_code = struct.unpack("!HH", body[:4])
+                    errors.append(f"xid {xid}: type {err_type} code {err_code}")
+                elif kind == self._ofp.OFPT_BARRIER_REPLY and xid == barrier:
+                    break
+        if errors:
+            raise EnvironmentProblem(f"bridge {self.bridge} refused flow changes: "
+                                     + "; ".join(errors[:5]))

@@ -1,4 +1,4 @@
-"""Making CA decisions real: flow pairs on the main bridge, one ovs-ofctl bundle per batch."""
+"""Making CA decisions real: flow pairs on the main bridge, one OpenFlow batch per round."""
 
 from __future__ import annotations
 
@@ -14,23 +14,35 @@ CookieOf = Callable[[int, int], int]
 
 
 class MainBridgeInstaller:
-    """Installs and removes the flow pair of each link, a whole batch at a time."""
+    """Installs and removes the flow pair of each link, a whole batch at a time.
+
+    Uses a persistent OpenFlow session (openflow.Channel), opened on first use and
+    kept for the life of the installer: the CA changes flows many times per step.
+    """
 
     def __init__(self, bridge: str, port_of: PortOf, cookie_of: CookieOf) -> None:
         self.bridge = bridge
         self.port_of = port_of
         self.cookie_of = cookie_of
+        self._channel: openflow.Channel | None = None
 
-    def _ports(self, link: LinkEnds) -> tuple[int, int]:
-        return self.port_of(link.a, link.a_iphy), self.port_of(link.b, link.b_iphy)
+    @property
+    def channel(self) -> openflow.Channel:
+        if self._channel is None:
+            self._channel = openflow.Channel(self.bridge)
+        return self._channel
+
+    def _cookie_and_ports(self, link: LinkEnds) -> tuple[int, int, int]:
+        a, b = self.port_of(link.a, link.a_iphy), self.port_of(link.b, link.b_iphy)
+        return self.cookie_of(a, b), a, b
 
     def install(self, links: list[LinkEnds]) -> None:
-        lines: list[str] = []
-        for link in links:
-            a, b = self._ports(link)
-            lines += openflow.patch_lines(self.cookie_of(a, b), a, b)
-        openflow.apply(self.bridge, lines)
+        self.channel.change(add=[self._cookie_and_ports(link) for link in links])
 
     def remove(self, links: list[LinkEnds]) -> None:
-        openflow.apply(self.bridge, [openflow.delete_line(self.cookie_of(*self._ports(link)))
-                                     for link in links])
+        self.channel.change(delete=[self._cookie_and_ports(link)[0] for link in links])
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None

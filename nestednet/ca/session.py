@@ -183,6 +183,7 @@ class CaSession:
             self.server.call(withdraw, 10)
         finally:
             self.server.stop()
+            self.installer.close()
             self.events.close()
 
     def __enter__(self) -> CaSession:

@@ -1,0 +1,54 @@
+"""The persistent OpenFlow session against a real OVS bridge."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from nestednet import capabilities
+from nestednet.adapters import openflow
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.errors import EnvironmentProblem
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture
+def bridge():
+    name = f"nnt-of{uuid.uuid4().hex[:4]}"
+    with Ovsdb() as ovs:
+        ovs.add_bridge(name, datapath_type=capabilities.ovs_datapath(),
+                       external_ids={"org.nestednet.test": "openflow"})
+    try:
+        yield name
+    finally:
+        with Ovsdb() as ovs:
+            ovs.del_bridge(name)
+
+
+def test_batches_add_and_delete_exactly(bridge):
+    channel = openflow.Channel(bridge)
+    try:
+        channel.change(add=[(0x4E4E000001000002, 1, 2), (0x4E4E000003000004, 3, 4)])
+        flows = {(f.cookie, f.in_port, f.output) for f in openflow.dump(bridge)}
+        assert flows == {(0x4E4E000001000002, 1, 2), (0x4E4E000001000002, 2, 1),
+                         (0x4E4E000003000004, 3, 4), (0x4E4E000003000004, 4, 3)}
+        channel.change(delete=[0x4E4E000001000002])
+        assert {f.cookie for f in openflow.dump(bridge)} == {0x4E4E000003000004}
+    finally:
+        channel.close()
+
+
+def test_refused_change_raises(bridge):
+    channel = openflow.Channel(bridge)
+    try:
+        with pytest.raises(EnvironmentProblem, match="refused flow changes"):
+            channel.change(add=[(1, 0xFFFFFF00, 2)])  # a reserved port number as in_port
+    finally:
+        channel.close()
+
+
+def test_missing_bridge_is_a_clear_error():
+    with pytest.raises(EnvironmentProblem, match="no OpenFlow session"):
+        openflow.Channel("nnt-absent")
