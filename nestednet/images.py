@@ -8,6 +8,7 @@ hash of its inputs, so a second build with nothing changed does no work.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import subprocess
@@ -161,7 +162,20 @@ def build_all(*, base_image: str | None = None, force: bool = False, verbose: bo
             _stream_build(client, root, spec, base, {INPUTS_LABEL: wanted}, report, verbose)
         image = client.images.get(spec.tag)
         results.append(BuildResult(spec.tag, image.short_id, image.attrs["Size"] / 1e6, cached))
+    prune_leftovers(client)
     return results
+
+
+def prune_leftovers(client: docker.DockerClient) -> None:
+    """Remove what our builds left untagged: replaced images and build stages.
+
+    Only dangling images carrying our labels go; nobody else's image is touched.
+    """
+    for label in (f"{LABEL_PREFIX}.image", f"{LABEL_PREFIX}.build-stage"):
+        for image in client.images.list(filters={"dangling": True, "label": label}):
+            # Still used by a container (e.g. a running lab)? Then it stays.
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(image.id, noprune=False)
 
 
 def list_images() -> list[dict]:
