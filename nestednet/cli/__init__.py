@@ -29,9 +29,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from nestednet.cli import doctor, images, links, nodes, run
+    from nestednet.cli import demo, doctor, images, links, nodes, run
 
-    for module in (doctor, images, nodes, links, run):
+    for module in (doctor, images, nodes, links, run, demo):
         module.register(main)
 
 
