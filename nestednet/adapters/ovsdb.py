@@ -125,7 +125,8 @@ class Ovsdb:
         return bool(mine) and all(r["is_connected"] for r in mine)
 
     def protocols(self, bridge: str) -> list[str]:
-        return list(self.api.db_get("Bridge", bridge, "protocols").execute(check_error=True))
+        value = self.api.db_get("Bridge", bridge, "protocols").execute(check_error=True)
+        return [value] if isinstance(value, str) else list(value)  # one-element sets come bare
 
     def set_protocols(self, bridge: str, protocols: list[str]) -> None:
         self.api.db_set("Bridge", bridge, ("protocols", list(protocols))).execute(
