@@ -8,7 +8,7 @@ side effects here.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Interface
 
 
 @dataclass(frozen=True)
@@ -51,16 +51,32 @@ class Link:
 
 
 @dataclass(frozen=True)
+class RouterSide:
+    """The router's address on one side of the emulator, and the next hop there if any.
+
+    ``gateway`` is the router (the thesis's edge router) behind which that side's hosts
+    sit; None means the hosts are on the router's own network.
+    """
+
+    address: IPv4Interface
+    gateway: IPv4Address | None = None
+
+
+@dataclass(frozen=True)
 class Emulator:
     """Where linkemu acts: the OVS bridge made a router, and its two host-side ports.
 
     Forward shaping sits on ``server_port`` egress, backward on ``client_port`` egress.
-    The defaults are the names `linkemu testbed up` creates.
+    The defaults are the names `linkemu testbed up` creates. ``client_side`` and
+    ``server_side`` give the router's addressing; None lets the router plan construct
+    it from the links' addresses (the thesis's "IP address constructor").
     """
 
     bridge: str = "le-br"
     client_port: str = "le-cli"
     server_port: str = "le-srv"
+    client_side: RouterSide | None = None
+    server_side: RouterSide | None = None
 
     def port_for(self, direction: str) -> str:
         return self.server_port if direction == FORWARD else self.client_port

@@ -2,15 +2,20 @@
 
 PyPI `ryu` no longer builds or runs on 3.11; os-ken dropped rest_router in 2.0, so we
 pin os-ken 1.4.1 with eventlet 0.33.3. That eventlet no longer defines
-``eventlet.wsgi.ALREADY_HANDLED``, which os-ken's WSGI layer still reads; defining it
-before os_ken is imported is the whole shim. tests/unit/test_os_ken_compat.py fails
-if this stops being enough.
+``eventlet.wsgi.ALREADY_HANDLED``, which os-ken's WSGI layer still reads at import
+time; defining it before os_ken is imported is the whole shim. The router process
+is started through this module too (``python -m linkemu.os_ken_compat ARGS``), so no
+other code imports os_ken. tests/unit/test_os_ken_compat.py fails if this stops
+being enough.
 """
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 from types import ModuleType
+
+REST_ROUTER_APP = "os_ken.app.rest_router"
 
 
 def apply() -> None:
@@ -29,3 +34,22 @@ def import_rest_router() -> ModuleType:
 
 def os_ken_version() -> str:
     return metadata.version("os-ken")
+
+
+def manager_command(*, ofp_host: str, ofp_port: int, rest_host: str, rest_port: int,
+                    apps: tuple[str, ...] = (REST_ROUTER_APP,)) -> list[str]:
+    """The argv that runs os-ken's manager (osken-manager) with the shim applied first."""
+    return [sys.executable, "-m", "linkemu.os_ken_compat",
+            "--ofp-listen-host", ofp_host, "--ofp-tcp-listen-port", str(ofp_port),
+            "--wsapi-host", rest_host, "--wsapi-port", str(rest_port), *apps]
+
+
+def run_manager(argv: list[str]) -> None:
+    apply()
+    from os_ken.cmd import manager
+
+    manager.main(args=argv)
+
+
+if __name__ == "__main__":
+    run_manager(sys.argv[1:])

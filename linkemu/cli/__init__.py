@@ -18,7 +18,10 @@ def main() -> None:
 
 def _register() -> None:
     # Each command module adds its commands here: from linkemu.cli import x; x.register(main)
-    pass
+    from linkemu.cli import router, testbed
+
+    router.register(main)
+    testbed.register(main)
 
 
 _register()

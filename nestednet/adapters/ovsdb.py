@@ -55,12 +55,20 @@ class Ovsdb:
 
     def add_bridge(self, name: str, *, datapath_type: str, external_ids: Mapping[str, str],
                    protocols: tuple[str, ...] = ("OpenFlow13",),
-                   fail_mode: str = "secure") -> None:
-        """Create a bridge. fail_mode=secure: no NORMAL flow, so it forwards nothing until told."""
+                   fail_mode: str = "secure",
+                   other_config: Mapping[str, str] | None = None) -> None:
+        """Create a bridge. fail_mode=secure: no NORMAL flow, so it forwards nothing until told.
+
+        ``other_config`` may fix e.g. ``datapath-id``, which otherwise follows the ports'
+        MAC addresses and so can change as ports are added.
+        """
         with self.api.transaction(check_error=True) as txn:
             txn.add(self.api.add_br(name, may_exist=False, datapath_type=datapath_type))
-            txn.add(self.api.db_set("Bridge", name, ("external_ids", dict(external_ids)),
-                                    ("protocols", list(protocols)), ("fail_mode", fail_mode)))
+            columns: list = [("external_ids", dict(external_ids)),
+                             ("protocols", list(protocols)), ("fail_mode", fail_mode)]
+            if other_config:
+                columns.append(("other_config", dict(other_config)))
+            txn.add(self.api.db_set("Bridge", name, *columns))
 
     def add_port(self, bridge: str, port: str, *, external_ids: Mapping[str, str],
                  ofport: int | None = None, iface_type: str | None = None) -> None:
@@ -90,6 +98,50 @@ class Ovsdb:
         rows = self.api.db_list("Port", columns=["name", "external_ids"]).execute(
             check_error=True)
         return {r["name"]: dict(r["external_ids"]) for r in rows}
+
+    def bridge_exists(self, name: str) -> bool:
+        return bool(self.api.br_exists(name).execute(check_error=True))
+
+    def set_controller(self, bridge: str, target: str, *,
+                       connection_mode: str = "out-of-band") -> None:
+        """Make ``target`` (e.g. tcp:127.0.0.1:16653) the bridge's only OpenFlow controller.
+
+        Out-of-band: the controller is reached over the host's own stack (loopback), so
+        the in-band hidden flows, which would steer ARP on the bridge, are not wanted.
+        """
+        with self.api.transaction(check_error=True) as txn:
+            controller = txn.add(self.api.db_create("Controller", target=target,
+                                                    connection_mode=connection_mode))
+            txn.add(self.api.db_set("Bridge", bridge, ("controller", [controller])))
+
+    def del_controller(self, bridge: str) -> None:
+        self.api.del_controller(bridge).execute(check_error=True)
+
+    def controllers(self, bridge: str) -> list[str]:
+        return list(self.api.get_controller(bridge).execute(check_error=True))
+
+    def controller_connected(self, bridge: str) -> bool:
+        """Whether vswitchd reports every controller of ``bridge`` connected."""
+        rows = self.api.db_find("Controller", columns=["target", "is_connected"]).execute(
+            check_error=True)
+        targets = set(self.controllers(bridge))
+        mine = [r for r in rows if r["target"] in targets]
+        return bool(mine) and all(r["is_connected"] for r in mine)
+
+    def protocols(self, bridge: str) -> list[str]:
+        value = self.api.db_get("Bridge", bridge, "protocols").execute(check_error=True)
+        return [value] if isinstance(value, str) else list(value)  # one-element sets come bare
+
+    def set_protocols(self, bridge: str, protocols: list[str]) -> None:
+        self.api.db_set("Bridge", bridge, ("protocols", list(protocols))).execute(
+            check_error=True)
+
+    def datapath_id(self, bridge: str) -> str:
+        """The bridge's OpenFlow datapath id as 16 hex digits ("" before vswitchd set it)."""
+        value = self.api.db_get("Bridge", bridge, "datapath_id").execute(check_error=True)
+        if isinstance(value, list):
+            value = value[0] if value else ""
+        return str(value or "")
 
     def ofport(self, iface: str) -> int:
         value = self.api.db_get("Interface", iface, "ofport").execute(check_error=True)

@@ -1,0 +1,107 @@
+"""`linkemu router start|stop|status`: the os-ken REST router process."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from linkemu import router
+from linkemu.model import Emulator
+from nestednet.cli.output import out_console, print_json, progress
+
+STATE_DIR_OPTION = click.option(
+    "--state-dir", envvar="LINKEMU_STATE_DIR", default=router.DEFAULT_STATE_DIR,
+    show_default=True, type=click.Path(file_okay=False),
+    help="Where linkemu records what it started (env LINKEMU_STATE_DIR).")
+OFP_PORT_OPTION = click.option(
+    "--ofp-port", type=click.IntRange(1, 65535), default=router.DEFAULT_OFP_PORT,
+    show_default=True, help="OpenFlow port the router listens on (127.0.0.1 only).")
+REST_PORT_OPTION = click.option(
+    "--rest-port", type=click.IntRange(1, 65535), default=router.DEFAULT_REST_PORT,
+    show_default=True, help="REST API port of the router (127.0.0.1 only).")
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(router_group)
+
+
+@click.group("router")
+def router_group() -> None:
+    """Run the os-ken (Ryu) rest_router app that makes the emulator bridge a router.
+
+    OpenFlow and REST listen on 127.0.0.1 only. `linkemu apply` (and `linkemu testbed
+    up`) configure its addresses and routes; these commands run and inspect it.
+    """
+
+
+@router_group.command("start")
+@click.option("--bridge", default=Emulator().bridge, show_default=True,
+              help="Open vSwitch bridge to connect (OpenFlow 1.3). Its ports must exist "
+                   "already: rest_router learns them when the bridge joins.")
+@OFP_PORT_OPTION
+@REST_PORT_OPTION
+@STATE_DIR_OPTION
+@JSON_OPTION
+def start(bridge: str, ofp_port: int, rest_port: int, state_dir: str, as_json: bool) -> None:
+    """Start the router in the background and wait until BRIDGE has joined it."""
+    if not as_json:
+        progress(f"starting rest_router (OpenFlow {router.LOOPBACK}:{ofp_port}, "
+                 f"REST {router.LOOPBACK}:{rest_port}) for bridge {bridge}")
+    state = router.start(bridge, ofp_port=ofp_port, rest_port=rest_port, directory=state_dir)
+    if as_json:
+        print_json(router.status(state_dir).as_dict())
+        return
+    out_console.print(f"router running: pid {state.pid}, bridge {bridge} "
+                      f"(datapath {state.dpid}) joined in {state.start_seconds} s; "
+                      f"REST http://{router.LOOPBACK}:{rest_port}, log {state.log}")
+
+
+@router_group.command("stop")
+@STATE_DIR_OPTION
+@JSON_OPTION
+def stop(state_dir: str, as_json: bool) -> None:
+    """Stop the router this machine recorded and remove its controller setting.
+
+    Only the recorded process is signalled; running it twice is harmless.
+    """
+    result = router.stop(state_dir)
+    if as_json:
+        print_json(result)
+    else:
+        out_console.print(result["detail"])
+
+
+@router_group.command("status")
+@STATE_DIR_OPTION
+@JSON_OPTION
+def status(state_dir: str, as_json: bool) -> None:
+    """Is the router process alive, its REST API answering and the bridge joined?
+
+    Also lists the addresses and routes it holds. Exit status 0 when healthy, 1 not.
+    """
+    st = router.status(state_dir)
+    if as_json:
+        print_json(st.as_dict())
+    else:
+        _print_status(st)
+    sys.exit(0 if st.healthy else 1)
+
+
+def _print_status(st: router.RouterStatus) -> None:
+    verdict = "[green]healthy[/]" if st.healthy else "[red]NOT healthy[/]"
+    s = st.state
+    if s is None:
+        out_console.print(f"router: {verdict}: {st.problems[0]}")
+        return
+    out_console.print(f"router: {verdict}  pid {s.pid}  bridge {s.bridge} "
+                      f"(datapath {s.dpid or '?'})")
+    out_console.print(f"  OpenFlow tcp:{router.LOOPBACK}:{s.ofp_port}  REST "
+                      f"http://{router.LOOPBACK}:{s.rest_port}  log {s.log}")
+    if st.router is not None:
+        out_console.print("  addresses: " + (", ".join(st.router["addresses"]) or "none"))
+        routes = [f"{r['destination']} via {r['gateway']}" for r in st.router["routes"]]
+        out_console.print("  routes:    " + (", ".join(routes) or "none"))
+    for problem in st.problems:
+        out_console.print(f"  [yellow]problem:[/] {problem}", soft_wrap=True)

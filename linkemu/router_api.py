@@ -1,0 +1,213 @@
+"""Client of the os-ken rest_router REST API, with its replies turned into clear errors.
+
+rest_router answers in three ways that matter: HTTP 200 with
+``[{"switch_id": ..., "command_result": [{"result": "success"|"failure", "details": ...}]}]``,
+HTTP 404 ``{"result": "failure", "details": "Router SW is not connected. ..."}`` when the
+bridge has not connected, and - for malformed values - HTTP 500 with a Python
+traceback, because its error path reads ``exception.message`` (Python 2 only). So
+values are checked here before they are sent, and a 500 is still explained.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from ipaddress import AddressValueError, IPv4Address, IPv4Interface, NetmaskValueError
+from typing import Any
+
+from nestednet.errors import EnvironmentProblem, UsageError
+
+_HINT_START = "start it with `linkemu router start` (or `linkemu testbed up`)"
+
+
+@dataclass(frozen=True)
+class RouterData:
+    """What rest_router holds for one datapath (VLAN-less part)."""
+
+    dpid: str
+    addresses: dict[str, int]
+    """address ("198.18.0.1/24") -> address_id"""
+    routes: dict[str, tuple[int, str]]
+    """destination -> (route_id, gateway); only routes whose gateway answered ARP"""
+
+    def as_dict(self) -> dict:
+        return {"dpid": self.dpid, "addresses": sorted(self.addresses),
+                "routes": [{"destination": d, "gateway": g}
+                           for d, (_, g) in sorted(self.routes.items())]}
+
+
+class RouterApi:
+    """One rest_router instance at ``http://host:port``."""
+
+    def __init__(self, host: str, port: int, *, timeout: float = 10.0) -> None:
+        self.base = f"http://{host}:{port}"
+        self.timeout = timeout
+
+    # --- reads -------------------------------------------------------------------
+
+    def answering(self) -> bool:
+        """Whether the REST server answers at all (any HTTP reply counts)."""
+        try:
+            self._request("GET", "/router/all")
+        except NotConnected:
+            return True
+        except EnvironmentProblem:
+            return False
+        return True
+
+    def connected(self, dpid: str) -> bool:
+        """Whether the datapath ``dpid`` has joined the router."""
+        try:
+            self._request("GET", f"/router/{dpid}")
+        except NotConnected:
+            return False
+        return True
+
+    def get(self, dpid: str) -> RouterData:
+        reply = self._request("GET", f"/router/{dpid}")
+        addresses: dict[str, int] = {}
+        routes: dict[str, tuple[int, str]] = {}
+        for switch in reply:
+            for network in switch.get("internal_network", []):
+                if network.get("vlan_id"):
+                    continue
+                for a in network.get("address", []):
+                    addresses[a["address"]] = int(a["address_id"])
+                for r in network.get("route", []):
+                    routes[r["destination"]] = (int(r["route_id"]), r["gateway"])
+        return RouterData(dpid, addresses, routes)
+
+    # --- writes ------------------------------------------------------------------
+
+    def add_address(self, dpid: str, address: str) -> int:
+        """Register a router address such as "198.18.0.1/24"; returns its address_id."""
+        _check_interface("address", address)
+        return self.post(dpid, {"address": address}, "Add address")
+
+    def add_route(self, dpid: str, destination: str, gateway: str) -> int:
+        """Route ``destination`` (a network) via ``gateway``; returns its route_id."""
+        _check_interface("destination", destination)
+        _check_address("gateway", gateway)
+        return self.post(dpid, {"destination": destination, "gateway": gateway}, "Add route")
+
+    def post(self, dpid: str, body: dict[str, str], success: str = "Add") -> int:
+        """POST ``body`` as given (no local checks); the id rest_router assigned."""
+        return self._command(dpid, "POST", body, success)
+
+    def delete_all(self, dpid: str) -> None:
+        """Delete every route, then every address (routes pin their gateway's address)."""
+        for body in ({"route_id": "all"}, {"address_id": "all"}):
+            try:
+                self._command(dpid, "DELETE", body, "Delete")
+            except UsageError as exc:
+                if "Data is nothing" not in str(exc):
+                    raise
+
+    # --- plumbing ----------------------------------------------------------------
+
+    def _command(self, dpid: str, method: str, body: dict[str, str], success: str) -> int:
+        reply = self._request(method, f"/router/{dpid}", body)
+        results = [r for switch in reply for r in switch.get("command_result", [])]
+        if not results:
+            raise EnvironmentProblem(f"router at {self.base} gave no result for "
+                                     f"{method} {json.dumps(body)}: {reply!r}")
+        for result in results:
+            details = str(result.get("details", ""))
+            if result.get("result") != "success":
+                raise UsageError(f"router refused {json.dumps(body)}: {_explain(details)}",
+                                 hint=_hint(details))
+        details = str(results[0].get("details", ""))
+        if not details.startswith(success):
+            raise EnvironmentProblem(f"router answered {details!r} to {json.dumps(body)}")
+        digits = "".join(ch if ch.isdigit() else " " for ch in details.split("=")[-1]).split()
+        return int(digits[0]) if digits else 0
+
+    def _request(self, method: str, path: str, body: dict[str, str] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        what = f"{method} {path}" + (f" {json.dumps(body)}" if body is not None else "")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raw = exc.read().decode(errors="replace")
+            if exc.code == 404:
+                raise NotConnected(_details(raw) or raw.strip()) from None
+            if exc.code == 500:
+                last = (raw.strip().splitlines() or ["(empty reply)"])[-1]
+                raise UsageError(
+                    f"router rejected {what}: HTTP 500 ({last}). rest_router crashes instead "
+                    "of answering when a value is malformed",
+                    hint="check the addresses; the router log has the full traceback") from None
+            if exc.code == 400:
+                raise UsageError(f"router rejected {what}: {_details(raw) or raw.strip()}") \
+                    from None
+            raise EnvironmentProblem(f"router at {self.base} answered HTTP {exc.code} to "
+                                     f"{what}: {raw.strip()[:200]}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise EnvironmentProblem(f"router REST API not answering at {self.base}: {reason}",
+                                     hint=_HINT_START) from None
+        except json.JSONDecodeError as exc:
+            raise EnvironmentProblem(f"router at {self.base} sent a non-JSON reply to "
+                                     f"{what}: {exc}") from None
+
+
+class NotConnected(EnvironmentProblem):
+    """HTTP 404 from rest_router: the datapath has not joined (or never existed)."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(
+            f"the bridge is not connected to the router ({details})",
+            hint="`linkemu router status` shows whether the bridge reached the controller")
+
+
+def _details(raw: str) -> str:
+    try:
+        reply = json.loads(raw)
+    except json.JSONDecodeError:
+        return ""
+    return str(reply.get("details", "")) if isinstance(reply, dict) else ""
+
+
+_EXPLANATIONS = {
+    "Address overlaps": "the address overlaps a network the router already has",
+    "Destination overlaps": "a route to that destination already exists",
+    "address is not registered": "the gateway is in none of the router's networks; add the "
+                                 "router address of that network first",
+    "is used as default gateway": "the gateway is one of the router's own addresses",
+    "Skip delete": "an address cannot be deleted while a route uses it",
+}
+
+
+def _explain(details: str) -> str:
+    for key, text in _EXPLANATIONS.items():
+        if key in details:
+            return f"{text} (rest_router: {details})"
+    return details or "no details given"
+
+
+def _hint(details: str) -> str | None:
+    if "overlaps" in details:
+        return "`linkemu router status` shows what the router holds already"
+    return None
+
+
+def _check_interface(field: str, value: str) -> None:
+    try:
+        IPv4Interface(value)
+    except (AddressValueError, NetmaskValueError, ValueError) as exc:
+        raise UsageError(f"router {field} {value!r} is not an IPv4 address with a prefix "
+                         f"(like 198.18.0.1/24): {exc}") from None
+    if "/" not in value:
+        raise UsageError(f"router {field} {value!r} needs a prefix length (like 198.18.0.1/24)")
+
+
+def _check_address(field: str, value: str) -> None:
+    try:
+        IPv4Address(value)
+    except (AddressValueError, ValueError) as exc:
+        raise UsageError(f"router {field} {value!r} is not an IPv4 address: {exc}") from None
