@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from linkemu import router, router_plan, testbed
 from linkemu.cli import main
 from linkemu.router_api import NotConnected, RouterApi
+from nestednet.adapters import netns_exec
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
 
@@ -33,9 +34,7 @@ CLIENTS = 2
 
 
 def _in_ns(namespace: str, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    # nsenter, not `ip netns exec`: runs a command inside a namespace pyroute2 made.
-    return subprocess.run(["nsenter", f"--net=/var/run/netns/{namespace}", *argv],
-                          capture_output=True, text=True, timeout=timeout)
+    return netns_exec.run(namespace, argv, timeout=timeout)
 
 
 def _namespaces() -> list[str]:
@@ -105,9 +104,8 @@ def test_a_tcp_transfer_completes(info: dict) -> None:
         c.sendall(data); c.close()
         print({size}, hashlib.sha256(data).hexdigest())
     """)
-    server = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{layout.server_ns}",
-                               sys.executable, "-c", receiver], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    server = netns_exec.popen(layout.server_ns, [sys.executable, "-c", receiver],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "ready"
