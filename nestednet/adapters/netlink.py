@@ -66,7 +66,13 @@ def tx_checksum_off(ifname: str) -> None:
 
 def add_veth(ipr: IPRoute, a: str, b: str) -> None:
     """A veth pair a<->b in the host namespace, TX checksum offload off on both ends."""
-    ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+    try:
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+    except NetlinkError as exc:
+        if exc.code == 17:  # EEXIST
+            raise EnvironmentProblem(f"cannot create veth {a}/{b}: an interface with that "
+                                     "name exists already (not made by this lab)") from exc
+        raise
     tx_checksum_off(a)
     tx_checksum_off(b)
 

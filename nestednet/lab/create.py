@@ -20,6 +20,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from pyroute2 import NetlinkError
 
 from nestednet import LABEL_PREFIX, capabilities, images
 from nestednet.adapters import docker_engine, netlink
@@ -254,7 +255,12 @@ class _NodeBuilder:
                 handles = NodeHandles(lab, node, parent_pid, node_ovs, self.host_ovs,
                                       self.plan, self.record)
                 for index, inner_pid in children.items():
-                    wire_component(handles, index, pids[inner_pid])
+                    try:
+                        wire_component(handles, index, pids[inner_pid])
+                    except NetlinkError as exc:
+                        raise EnvironmentProblem(
+                            f"wiring {topo.component_name(index)} of node n{node} failed: "
+                            f"{exc}") from exc
             self.notify("wiring", node)
         finally:
             node_ovs.close()
