@@ -325,3 +325,28 @@ def test_cleanup_removes_a_crashed_create():
         assert not any("t5" in item for item in again["removed"])
     finally:
         nn("delete", "--lab", "t5")
+
+
+@pytest.mark.system
+def test_apply_step_swaps_links_in_one_bundle(lab):
+    from nestednet.lab.links import LabLinks
+    from nestednet.lab.record import LabRecord
+
+    links = LabLinks.of(LabRecord(lab))
+    first = (topo_end(1, 1), topo_end(2, 1))
+    second = (topo_end(1, 2), topo_end(2, 2))
+    links.apply_step(add=[first], remove=[])
+    try:
+        assert links.links() == [first]
+        links.apply_step(add=[second], remove=[first])
+        assert links.links() == [second]
+        assert pings("n1", "iphy2", "192.168.2.4")
+    finally:
+        links.apply_step(add=[], remove=[first, second])
+    assert links.links() == []
+
+
+def topo_end(node: int, iphy: int):
+    from nestednet.model.topology import Endpoint
+
+    return Endpoint(node, iphy)
