@@ -115,11 +115,11 @@ def _prune(keep: str, max_age_s: float = 3600.0) -> None:
 def clone(template: Path, dest: Path) -> None:
     """Copy ``template`` to ``dest``: image layer trees hard-linked, the rest copied."""
     dest.mkdir(parents=True, exist_ok=True)
-    for entry in template.iterdir():
-        # cp keeps owners, modes, xattrs and special files exactly; shutil.copytree does not
-        # keep device nodes/whiteouts that overlay layers may contain.
-        flag = "-al" if entry.name == "overlay2" else "-a"
-        done = subprocess.run(["cp", flag, str(entry), str(dest)], capture_output=True,
-                              text=True)
+    rest = [str(e) for e in template.iterdir() if e.name != "overlay2"]
+    # cp keeps owners, modes, xattrs and special files (overlay whiteouts) exactly, which
+    # shutil.copytree does not; two processes per node in all.
+    for command in (["cp", "-al", str(template / "overlay2"), str(dest)],
+                    ["cp", "-a", *rest, str(dest)]):
+        done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise EnvironmentProblem(f"copying the image template failed: {done.stderr.strip()}")
