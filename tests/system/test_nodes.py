@@ -238,11 +238,14 @@ def test_status_json(lab):
     ["--nodes", "1", "--iphys", "1", "--lab", LAB],
 ])
 def test_bad_create_input_exits_2_and_leaves_nothing(lab, args):
-    before = sorted(p.name for p in LABS.iterdir())
+    name = args[args.index("--lab") + 1] if "--lab" in args else "nn"
+    existed = (LABS / name).exists()
+    traces = lab_traces(name)
     done = nn("create", *args)
     assert done.returncode == 2, done.stderr
     assert "error:" in done.stderr
-    assert sorted(p.name for p in LABS.iterdir()) == before
+    assert (LABS / name).exists() == existed
+    assert lab_traces(name) == traces
 
 
 @pytest.mark.system
