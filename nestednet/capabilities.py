@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import json
 import os
 import re
 import shutil
@@ -71,19 +72,45 @@ def docker_check() -> Check:
                  needed_for_create=True)
 
 
+SECURITY_CACHE = Path("/var/lib/nestednet/parent-security.json")
+"""Probe results per (boot, engine, image): the probe costs ~1.5 s, paid on every
+`nestednet create` otherwise. A reboot or a new image probes again."""
+
+
 @functools.cache
 def parent_security_mode(image: str) -> str:
     """Return "privileged" or "capset": how node parents must be started here.
 
-    Runs a throwaway container from ``image`` each way; raises EnvironmentProblem
-    when neither starts.
+    Runs a throwaway container from ``image`` each way (once per boot, engine and
+    image; see SECURITY_CACHE); raises EnvironmentProblem when neither starts.
     """
+    from nestednet.adapters import docker_engine
+
+    client = docker_engine.connect()
+    try:
+        key = "/".join((Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                        str(client.info().get("ID")), client.images.get(image).id))
+        cache = json.loads(SECURITY_CACHE.read_text()) if SECURITY_CACHE.exists() else {}
+    except Exception:  # no cache is fine: probe
+        key, cache = "", {}
+    if key and cache.get(key) in ("privileged", "capset"):
+        return cache[key]
+    mode = _probe_parent_security(client, image)
+    if key:
+        with contextlib.suppress(OSError):
+            SECURITY_CACHE.parent.mkdir(parents=True, exist_ok=True)
+            tmp = SECURITY_CACHE.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({key: mode}))
+            tmp.replace(SECURITY_CACHE)
+    return mode
+
+
+def _probe_parent_security(client, image: str) -> str:
     import docker.errors
 
     from nestednet.adapters import docker_engine
     from nestednet.errors import EnvironmentProblem
 
-    client = docker_engine.connect()
     errors = []
     for mode, options in (("privileged", PARENT_PRIVILEGED_OPTIONS),
                           ("capset", PARENT_CAPSET_OPTIONS)):

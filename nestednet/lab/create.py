@@ -20,6 +20,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from pyroute2 import NetlinkError
 
 from nestednet import LABEL_PREFIX, capabilities, images
 from nestednet.adapters import docker_engine, netlink
@@ -32,6 +33,8 @@ from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
 
 PHASES = ("image", "parents", "inner daemons", "children", "wiring")
+PREPARE_PHASE = "prepare"
+"""Connecting to the engine and OVS, input and name checks, the privilege probe."""
 LAB_PHASE = "lab networks"
 TEMPLATE_PHASE = "image template"
 """Once per component image id (seconds); later creates reuse it (milliseconds)."""
@@ -115,13 +118,13 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
     shape, plan = validate(request)
     if os.geteuid() != 0:
         raise EnvironmentProblem("nestednet create needs root (namespaces, veths, OVS)")
+    started = time.monotonic()
     client = docker_engine.connect()
     images.require(client, images.COMPONENT_IMAGE)
     images.require(client, images.DIND_IMAGE)
     host_ovs = Ovsdb()
     record = LabRecord(request.lab)
     clock = PhaseClock()
-    started = time.monotonic()
     try:
         _check_free(request.lab, record, client, host_ovs, shape)
         record.claim()
@@ -141,6 +144,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
             "created_at": time.time(),
         }
         record.write_meta(meta)
+        clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
         try:
             with clock.span(TEMPLATE_PHASE):
                 template = node_image.template_for(client, security)
@@ -254,39 +258,50 @@ class _NodeBuilder:
                 handles = NodeHandles(lab, node, parent_pid, node_ovs, self.host_ovs,
                                       self.plan, self.record)
                 for index, inner_pid in children.items():
-                    wire_component(handles, index, pids[inner_pid])
+                    try:
+                        wire_component(handles, index, pids[inner_pid])
+                    except NetlinkError as exc:
+                        raise EnvironmentProblem(
+                            f"wiring {topo.component_name(index)} of node n{node} failed: "
+                            f"{exc}") from exc
             self.notify("wiring", node)
         finally:
             node_ovs.close()
             inner.close()
 
     def _start_children(self, inner: docker.DockerClient, node: int) -> dict[int, int]:
-        """Start the GNAB and the iPHYs; returns component index -> pid in the parent."""
+        """Start the GNAB and the iPHYs; returns component index -> pid in the parent.
+
+        Concurrently: a start is mostly waiting (containerd, shim, runc), measured
+        0.57 s per child one after another against 0.31 s each two at a time.
+        """
+        with ThreadPoolExecutor(max_workers=min(8, self.shape.iphys + 1),
+                                thread_name_prefix=f"nestednet-n{node}") as pool:
+            pids = pool.map(lambda index: self._start_child(inner, node, index),
+                            range(self.shape.iphys + 1))
+            return dict(enumerate(pids))
+
+    def _start_child(self, inner: docker.DockerClient, node: int, index: int) -> int:
         lab, request = self.request.lab, self.request
-        mem = f"{request.memory_mb}m" if request.memory_mb else None
-        cpus = int(request.cpus * 1e9) if request.cpus else None
-        pids = {}
-        # The GNAB agent reaches the CA over the control net and polls its iPHYs.
-        agent_env = {
-            "NESTEDNET_CA": f"{self.plan.ca_address().ip}:{CA_PORT}",
-            "NESTEDNET_IPHYS": ",".join(f"{topo.component_name(j)}={self.plan.intra_address(j).ip}"
-                                        for j in range(1, self.shape.iphys + 1)),
-        }
-        for index in range(self.shape.iphys + 1):
-            component = topo.component_name(index)
-            role = "gnab" if index == 0 else "iphy"
-            try:
-                child = docker_engine.start_container(
-                    inner, images.COMPONENT_IMAGE, name=component,
-                    labels=labels(lab, node=topo.node_name(node), component=component),
-                    environment={"NESTEDNET_ROLE": role, "NESTEDNET_LAB": lab,
-                                 "NESTEDNET_NODE": topo.node_name(node),
-                                 "NESTEDNET_COMPONENT": component, **agent_env},
-                    hostname=f"{topo.node_name(node)}-{component}", mem_limit=mem,
-                    nano_cpus=cpus)
-            except docker.errors.DockerException as exc:
-                raise EnvironmentProblem(
-                    f"starting {component} in node n{node} failed: "
-                    f"{docker_engine.explain(exc)}") from exc
-            pids[index] = int(child.attrs["State"]["Pid"])
-        return pids
+        component = topo.component_name(index)
+        environment = {"NESTEDNET_ROLE": "gnab" if index == 0 else "iphy",
+                       "NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
+                       "NESTEDNET_COMPONENT": component}
+        if index == 0:
+            # The GNAB agent reaches the CA over the control net and polls its iPHYs.
+            environment["NESTEDNET_CA"] = f"{self.plan.ca_address().ip}:{CA_PORT}"
+            environment["NESTEDNET_IPHYS"] = ",".join(
+                f"{topo.component_name(j)}={self.plan.intra_address(j).ip}"
+                for j in range(1, self.shape.iphys + 1))
+        try:
+            child = docker_engine.start_container(
+                inner, images.COMPONENT_IMAGE, name=component,
+                labels=labels(lab, node=topo.node_name(node), component=component),
+                environment=environment,
+                hostname=f"{topo.node_name(node)}-{component}",
+                mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
+                nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
+        except docker.errors.DockerException as exc:
+            raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
+                                     f"{docker_engine.explain(exc)}") from exc
+        return int(child.attrs["State"]["Pid"])

@@ -67,6 +67,17 @@ class LabLinks:
         openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
         return link
 
+    def apply_step(self, add: list[link_rules.Link], remove: list[link_rules.Link]) -> None:
+        """Remove and add many links in one atomic bundle (one ovs-ofctl run).
+
+        For the CA, which has already applied Algorithm 1 to the whole step: no rule
+        checks and no flow-table read here, so a step costs one process start.
+        """
+        lines = [openflow.delete_line(self.cookie(a, b)) for a, b in remove]
+        for a, b in add:
+            lines += openflow.patch_lines(self.cookie(a, b), self.port(a), self.port(b))
+        openflow.apply(self.bridge, lines)
+
     def describe(self, link: link_rules.Link) -> dict:
         a, b = link
         return {"a": str(a), "b": str(b),

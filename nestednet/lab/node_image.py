@@ -64,6 +64,8 @@ def template_for(client: docker.DockerClient, security: dict) -> Path:
     key = image.id.split(":")[1][:16]
     final = TEMPLATES_DIR / key
     if (final / "docker").is_dir():
+        with contextlib.suppress(OSError):
+            os.utime(final)  # marks it in use for _prune
         return final / "docker"
     images.require(client, images.DIND_IMAGE)
     archive = images.component_archive(client)
@@ -94,20 +96,30 @@ def template_for(client: docker.DockerClient, security: dict) -> Path:
         with contextlib.suppress(docker.errors.DockerException):
             client.containers.get(name).remove(v=True, force=True)
         shutil.rmtree(work, ignore_errors=True)
-    for old in TEMPLATES_DIR.iterdir():
-        if old.name != key and not old.name.startswith(".build-"):
-            shutil.rmtree(old, ignore_errors=True)
+    _prune(keep=key)
     return final / "docker"
+
+
+def _prune(keep: str, max_age_s: float = 3600.0) -> None:
+    """Drop templates of older images, but only long-unused ones: a create elsewhere may
+    be cloning one right now (several checkouts on one host build different images)."""
+    now = time.time()
+    for old in TEMPLATES_DIR.iterdir():
+        if old.name == keep or old.name.startswith(".build-"):
+            continue
+        with contextlib.suppress(OSError):
+            if now - old.stat().st_mtime > max_age_s:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def clone(template: Path, dest: Path) -> None:
     """Copy ``template`` to ``dest``: image layer trees hard-linked, the rest copied."""
     dest.mkdir(parents=True, exist_ok=True)
-    for entry in template.iterdir():
-        # cp keeps owners, modes, xattrs and special files exactly; shutil.copytree does not
-        # keep device nodes/whiteouts that overlay layers may contain.
-        flag = "-al" if entry.name == "overlay2" else "-a"
-        done = subprocess.run(["cp", flag, str(entry), str(dest)], capture_output=True,
-                              text=True)
+    rest = [str(e) for e in template.iterdir() if e.name != "overlay2"]
+    # cp keeps owners, modes, xattrs and special files (overlay whiteouts) exactly, which
+    # shutil.copytree does not; two processes per node in all.
+    for command in (["cp", "-al", str(template / "overlay2"), str(dest)],
+                    ["cp", "-a", *rest, str(dest)]):
+        done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise EnvironmentProblem(f"copying the image template failed: {done.stderr.strip()}")

@@ -1,0 +1,355 @@
+"""`nestednet` nodes on the real Docker engine, Open vSwitch and network namespaces.
+
+One 2-node x 2-iPHY lab (`t2`) is shared by the tests of this module; the tests
+that need their own lab (delete, rollback, crash cleanup) use `t3`..`t5`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+LAB = "t2"
+CLI = str(Path(sys.executable).parent / "nestednet")
+LABS = Path("/var/lib/nestednet/labs")
+
+
+def nn(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def run_in(node: str, component: str, *cmd: str, lab: str = LAB) -> subprocess.CompletedProcess:
+    return nn("exec", "--lab", lab, node, component, "--", *cmd)
+
+
+def pings(node: str, component: str, address: str) -> bool:
+    """True when any of 3 pings is answered (this 2-core host is shared and busy)."""
+    return run_in(node, component, "ping", "-c", "3", "-i", "0.3", "-W", "2",
+                  address).returncode == 0
+
+
+def tcp_client(node: str, component: str, *args: str) -> subprocess.CompletedProcess:
+    """iperf3 client, retried while the just-started server may not listen yet."""
+    for _ in range(10):
+        done = run_in(node, component, "iperf3", "-c", *args)
+        if done.returncode == 0 or "refused" not in done.stdout + done.stderr:
+            return done
+        time.sleep(0.3)
+    return done
+
+
+def lab_traces(lab: str) -> list[str]:
+    """Everything of ``lab`` still on this host: containers, veths, bridges, netns, mounts."""
+    found = []
+    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=org.nestednet.lab={lab}",
+                          "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+    found += [f"container {n}" for n in out.split()]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines()
+              if ln.split(":")[1].strip().startswith(f"{lab}-")]
+    bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+    found += [f"bridge {b}" for b in bridges.split() if b.startswith(f"{lab}-")]
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {n}" for n in netns.split() if n == f"nestednet-{lab}-ctl"]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    found += [f"mount {m}" for m in mounts.splitlines()
+              if f"/labs/{lab}/" in m or f"nestednet-{lab}-ctl" in m]
+    if (LABS / lab).exists():
+        found.append(f"directory {LABS / lab}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def lab():
+    nn("delete", "--lab", LAB)
+    done = nn("create", "--lab", LAB, "--nodes", "2", "--iphys", "2", "--memory", "64",
+              "--timings")
+    assert done.returncode == 0, done.stderr
+    yield LAB
+    nn("delete", "--lab", LAB)
+    assert lab_traces(LAB) == []
+
+
+@pytest.mark.system
+def test_iphy_reaches_gnab_inside_each_node(lab):
+    assert pings("n1", "iphy1", "192.168.0.1")
+    assert pings("n2", "iphy2", "192.168.0.1")
+    assert pings("n1", "gnab", "192.168.0.12")
+
+
+@pytest.mark.system
+def test_link_add_and_del_decide_reachability(lab):
+    n2_iphy1 = "192.168.2.3"
+    assert not pings("n1", "iphy1", n2_iphy1), "nodes must be cut off before link add"
+    added = nn("link", "add", "--lab", lab, "n1:iphy1", "n2:iphy1")
+    assert added.returncode == 0, added.stderr
+    try:
+        assert pings("n1", "iphy1", n2_iphy1)
+        listed = json.loads(nn("link", "list", "--lab", lab, "--json").stdout)
+        assert [(x["a"], x["b"]) for x in listed] == [("n1:iphy1", "n2:iphy1")]
+        # TCP too (the userspace datapath stalls TCP unless TX checksum offload is off).
+        assert run_in("n2", "iphy1", "iperf3", "-s", "-D", "-1").returncode == 0
+        tcp = tcp_client("n1", "iphy1", n2_iphy1, "-t", "1", "-J")
+        assert tcp.returncode == 0, tcp.stdout[-500:] + tcp.stderr
+        assert json.loads(tcp.stdout)["end"]["sum_received"]["bytes"] > 1_000_000
+    finally:
+        removed = nn("link", "del", "--lab", lab, "n2:iphy1", "n1:iphy1")
+    assert removed.returncode == 0, removed.stderr
+    assert not pings("n1", "iphy1", n2_iphy1)
+    assert json.loads(nn("link", "list", "--lab", lab, "--json").stdout) == []
+
+
+@pytest.mark.system
+def test_links_that_break_the_rules_are_refused(lab):
+    assert nn("link", "add", "--lab", lab, "n1:iphy1", "n2:iphy1").returncode == 0
+    try:
+        busy = nn("link", "add", "--lab", lab, "n1:iphy1", "n2:iphy2")
+        assert busy.returncode == 2 and "busy" in busy.stderr
+        pair = nn("link", "add", "--lab", lab, "n1:iphy2", "n2:iphy2")
+        assert pair.returncode == 2 and "linked already" in pair.stderr
+        same = nn("link", "add", "--lab", lab, "n1:iphy1", "n1:iphy2")
+        assert same.returncode == 2
+        bad = nn("link", "add", "--lab", lab, "n1:iphy9", "n2:iphy2")
+        assert bad.returncode == 2
+        assert len(json.loads(nn("link", "list", "--lab", lab, "--json").stdout)) == 1
+    finally:
+        nn("link", "del", "--lab", lab, "n1:iphy1", "n2:iphy1")
+
+
+@pytest.mark.system
+def test_exec_passes_output_and_exit_code_through(lab):
+    done = run_in("n1", "gnab", "sh", "-c", "echo to-out; echo to-err >&2; exit 7")
+    assert (done.returncode, done.stdout, done.stderr) == (7, "to-out\n", "to-err\n")
+    assert run_in("n1", "iphy3", "true").returncode == 2
+
+
+@pytest.mark.system
+def test_two_components_bind_the_same_tcp_port(lab):
+    for component in ("iphy1", "iphy2"):
+        done = run_in("n1", component, "iperf3", "-s", "-D", "-1", "-p", "5301")
+        assert done.returncode == 0, done.stderr
+    time.sleep(0.5)
+    for component in ("iphy1", "iphy2"):
+        assert ":5301" in run_in("n1", component, "ss", "-ltnH").stdout
+    for address in ("192.168.0.11", "192.168.0.12"):
+        done = tcp_client("n1", "gnab", address, "-p", "5301", "-t", "1")
+        assert done.returncode == 0, done.stdout[-300:] + done.stderr
+
+
+@pytest.mark.system
+def test_memory_limit_is_in_the_cgroup_and_enforced(lab):
+    limit = run_in("n1", "iphy1", "sh", "-c",
+                   "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
+                   "|| cat /sys/fs/cgroup/memory.max")
+    assert int(limit.stdout) == 64 * 1024 * 1024
+    hog = run_in("n1", "iphy1", "python3", "-c",
+                 "b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])")
+    assert hog.returncode != 0, "a 200 MB allocation must not succeed under a 64 MB limit"
+    assert pings("n1", "iphy1", "192.168.0.1")
+
+
+def _inner(lab_name: str, node: str, *args: str) -> str:
+    sock = LABS / lab_name / node / "state" / "docker.sock"
+    return subprocess.run(["docker", "-H", f"unix://{sock}", *args], capture_output=True,
+                          text=True, check=True).stdout
+
+
+@pytest.mark.system
+def test_killing_one_component_leaves_siblings_running(lab):
+    from nestednet.adapters import netlink
+
+    started = {c: _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}", c).strip()
+               for c in ("gnab", "iphy1")}
+    inner_pid = int(_inner(lab, "n2", "inspect", "-f", "{{.State.Pid}}", "iphy2"))
+    parent_pid = int(subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"{lab}-n2"],
+                                    capture_output=True, text=True).stdout)
+    host_pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+    os.kill(host_pid, signal.SIGKILL)
+    for _ in range(50):
+        if _inner(lab, "n2", "inspect", "-f", "{{.State.Running}}", "iphy2").strip() == "false":
+            break
+        time.sleep(0.1)
+    assert _inner(lab, "n2", "inspect", "-f", "{{.State.Running}}", "iphy2").strip() == "false"
+    for component, at in started.items():
+        assert _inner(lab, "n2", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}",
+                      component).split() == ["true", at]
+    assert pings("n2", "iphy1", "192.168.0.1")
+    status = json.loads(nn("status", "--lab", lab, "--json").stdout)
+    states = {c["component"]: c["state"] for c in status["nodes"][1]["components"]}
+    assert states == {"gnab": "running", "iphy1": "running", "iphy2": "exited"}
+
+
+@pytest.mark.system
+def test_swap_restarts_only_that_component_and_rewires_it(lab, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text(
+        "import signal, sys, time\n"
+        "open('/tmp/swapped', 'w').write('new code')\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        "while True: time.sleep(1)\n")
+    sibling_start = _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}", "iphy1").strip()
+    assert nn("link", "add", "--lab", lab, "n1:iphy2", "n2:iphy2").returncode == 0
+    try:
+        done = nn("swap", "--lab", lab, "n2", "iphy2", str(code), "--restart")
+        assert done.returncode == 0, done.stderr
+        assert run_in("n2", "iphy2", "cat", "/tmp/swapped").stdout == "new code"
+        assert run_in("n2", "iphy2", "cat", "/opt/nestednet/user/main.py").returncode == 0
+        assert _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}",
+                      "iphy1").strip() == sibling_start
+        assert pings("n2", "iphy2", "192.168.0.1")
+        assert pings("n1", "iphy2", "192.168.2.4"), "the link must survive the restart"
+    finally:
+        nn("link", "del", "--lab", lab, "n1:iphy2", "n2:iphy2")
+
+
+@pytest.mark.system
+def test_status_json(lab):
+    done = nn("status", "--lab", lab, "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["datapath"] in ("system", "netdev")
+    assert [n["node"] for n in data["nodes"]] == ["n1", "n2"]
+    n1 = data["nodes"][0]
+    assert n1["state"] == "running" and n1["memory_mb"] > 1
+    assert {c["component"]: c["state"] for c in n1["components"]} == {
+        "gnab": "running", "iphy1": "running", "iphy2": "running"}
+    assert n1["components"][1]["inter"] == "192.168.2.1/24"
+    assert data["ca"]["address"] == "10.99.0.1/16"
+    ctl = subprocess.run(["ip", "netns", "exec", data["ca"]["netns"], "ping", "-c", "1", "-W",
+                          "2", "10.99.0.3"], capture_output=True)
+    assert ctl.returncode == 0, "the CA side must reach every GNAB on the control net"
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("args", [
+    ["--nodes", "0", "--iphys", "2"],
+    ["--nodes", "2", "--iphys", "-1"],
+    ["--nodes", "200", "--iphys", "3"],
+    ["--nodes", "2", "--iphys", "2", "--lab", "Bad-Name"],
+    ["--nodes", "1", "--iphys", "1", "--lab", LAB],
+])
+def test_bad_create_input_exits_2_and_leaves_nothing(lab, args):
+    name = args[args.index("--lab") + 1] if "--lab" in args else "nn"
+    existed = (LABS / name).exists()
+    traces = lab_traces(name)
+    done = nn("create", *args)
+    assert done.returncode == 2, done.stderr
+    assert "error:" in done.stderr
+    assert (LABS / name).exists() == existed
+    assert lab_traces(name) == traces
+
+
+@pytest.mark.system
+def test_missing_image_is_a_clear_error(monkeypatch):
+    from nestednet import images
+    from nestednet.errors import EnvironmentProblem
+    from nestednet.lab import create
+
+    monkeypatch.setattr(images, "COMPONENT_IMAGE", "nestednet/absent:none")
+    with pytest.raises(EnvironmentProblem, match="nestednet/absent:none is missing"):
+        create.create(create.CreateRequest("t6", 1, 1))
+    assert lab_traces("t6") == []
+
+
+@pytest.fixture
+def foreign():
+    """A container and an OVS bridge someone else made before the test."""
+    name = f"tforeign{uuid.uuid4().hex[:6]}"
+    subprocess.run(["docker", "run", "-d", "--name", name, "--network", "none",
+                    "nestednet/component:latest"], check=True, capture_output=True)
+    subprocess.run(["ovs-vsctl", "add-br", name[:15], "--", "set", "bridge", name[:15],
+                    "datapath_type=netdev"], check=True)
+    yield name
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    subprocess.run(["ovs-vsctl", "--if-exists", "del-br", name[:15]])
+
+
+@pytest.mark.system
+def test_delete_removes_everything_of_the_lab_and_nothing_else(foreign):
+    done = nn("create", "--lab", "t3", "--nodes", "2", "--iphys", "1")
+    assert done.returncode == 0, done.stderr
+    assert lab_traces("t3")
+    assert nn("delete", "--lab", "t3").returncode == 0
+    assert lab_traces("t3") == []
+    assert nn("delete", "--lab", "t3").returncode == 0  # idempotent
+    assert subprocess.run(["docker", "inspect", foreign], capture_output=True).returncode == 0
+    assert subprocess.run(["ovs-vsctl", "br-exists", foreign[:15]]).returncode == 0
+
+
+@pytest.mark.system
+def test_failed_create_rolls_back_and_spares_a_foreign_interface():
+    from pyroute2 import IPRoute
+
+    squatter = "t4-2x1"  # the name node 2's iPHY 1 needs on the host
+    with IPRoute() as ipr:
+        ipr.link("add", ifname=squatter, kind="veth", peer={"ifname": "t4squat"})
+    try:
+        done = nn("create", "--lab", "t4", "--nodes", "2", "--iphys", "1")
+        assert done.returncode == 1
+        assert "t4-2x1" in done.stderr and "exists already" in done.stderr
+        assert [t for t in lab_traces("t4") if not t.startswith(f"link {squatter}")] == []
+    finally:
+        with IPRoute() as ipr:
+            ipr.link("del", ifname=squatter)
+    assert lab_traces("t4") == []
+
+
+@pytest.mark.system
+def test_cleanup_removes_a_crashed_create():
+    env = dict(os.environ)
+    proc = subprocess.Popen([CLI, "create", "--lab", "t5", "--nodes", "3", "--iphys", "2",
+                             "--jobs", "1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    resources = LABS / "t5" / "resources.jsonl"
+    for _ in range(600):
+        if resources.exists() and '"container"' in resources.read_text():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # a crash: no rollback runs
+    proc.wait()
+    try:
+        assert lab_traces("t5"), "the crashed create should have left something"
+        dry = nn("cleanup", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        assert any("t5" in item for item in json.loads(dry.stdout)["removed"])
+        assert lab_traces("t5"), "--dry-run must not remove anything"
+        assert nn("cleanup").returncode == 0
+        assert lab_traces("t5") == []
+        again = json.loads(nn("cleanup", "--json").stdout)
+        assert not any("t5" in item for item in again["removed"])
+    finally:
+        nn("delete", "--lab", "t5")
+
+
+@pytest.mark.system
+def test_apply_step_swaps_links_in_one_bundle(lab):
+    from nestednet.lab.links import LabLinks
+    from nestednet.lab.record import LabRecord
+
+    links = LabLinks.of(LabRecord(lab))
+    first = (topo_end(1, 1), topo_end(2, 1))
+    second = (topo_end(1, 2), topo_end(2, 2))
+    links.apply_step(add=[first], remove=[])
+    try:
+        assert links.links() == [first]
+        links.apply_step(add=[second], remove=[first])
+        assert links.links() == [second]
+        assert pings("n1", "iphy2", "192.168.2.4")
+    finally:
+        links.apply_step(add=[], remove=[first, second])
+    assert links.links() == []
+
+
+def topo_end(node: int, iphy: int):
+    from nestednet.model.topology import Endpoint
+
+    return Endpoint(node, iphy)
