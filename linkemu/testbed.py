@@ -186,7 +186,8 @@ class Testbed:
 
 def up(layout: Layout, *, directory: str | Path | None = None,
        ofp_port: int = router.DEFAULT_OFP_PORT,
-       rest_port: int = router.DEFAULT_REST_PORT) -> Testbed:
+       rest_port: int = router.DEFAULT_REST_PORT,
+       start_timeout: float | None = None) -> Testbed:
     """Build the testbed; on any failure remove what was built and re-raise."""
     from pyroute2 import netns
 
@@ -220,7 +221,7 @@ def up(layout: Layout, *, directory: str | Path | None = None,
         step = time.monotonic()
         record.add("router", "router")
         state = router.start(layout.bridge, ofp_port=ofp_port, rest_port=rest_port,
-                             directory=where)
+                             directory=where, timeout=start_timeout)
         timings["router_start"] = round(time.monotonic() - step, 3)
         configured = router.configure(plan, where)
         timings["router_configure"] = configured["seconds"]
