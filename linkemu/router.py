@@ -379,6 +379,7 @@ def configure(plan: RouterPlan, directory: str | Path | None = None, *,
         if pending:
             time.sleep(0.05)
     return {"changed": True, "requests": len(plan.requests()), "seconds": seconds,
+            "resolved_seconds": round(time.monotonic() - began, 3),
             "routes_pending": sorted(pending)}
 
 

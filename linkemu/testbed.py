@@ -35,7 +35,7 @@ OWNER_KEY = "org.nestednet.linkemu"
 """external_ids key on the bridge and ports the testbed makes: down deletes a bridge
 only when it carries this mark."""
 ROUTER_ID = "R1"
-DEFAULT_RATE = "100mbit"
+DEFAULT_RATE = "100Mbit"
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,8 @@ def links_document(layout: Layout) -> dict:
         "emulator": {
             "bridge": emulator.bridge, "client_port": emulator.client_port,
             "server_port": emulator.server_port,
-            "client_side": {"address": str(emulator.client_side.address),
-                            "gateway": str(emulator.client_side.gateway)},
-            "server_side": {"address": str(emulator.server_side.address)},
+            "client_side": router_plan.side_to_native(emulator.client_side),
+            "server_side": router_plan.side_to_native(emulator.server_side),
         },
         "links": [{"router": ROUTER_ID, "client": f"C{i}",
                    "client_ip": str(layout.client_ip(i).ip), "server_ip": str(layout.SERVER.ip),

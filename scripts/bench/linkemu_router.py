@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Benchmark the linkemu router on the software testbed; prints JSON.
+
+Measures: testbed build time, router start time (process spawn -> bridge joined),
+time to configure the router for N clients through REST, ping RTT client -> server
+through the router against client -> edge router (no OVS), and a short TCP goodput.
+Uses its own names (lerb*), state dir and loopback ports, so it never touches a
+user's testbed. Run as root: .venv/bin/python scripts/bench/linkemu_router.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from linkemu import router, router_plan, testbed
+from nestednet import capabilities
+
+OFP_PORT, REST_PORT = 36653, 38081
+
+
+def _ns(namespace: str, *argv: str, timeout: float = 60) -> str:
+    done = subprocess.run(["nsenter", f"--net=/var/run/netns/{namespace}", *argv],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[0]} in {namespace} failed: {done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def _ping(namespace: str, target: str, count: int) -> dict:
+    out = _ns(namespace, "ping", "-q", "-c", str(count), "-i", "0.05", "-W", "2", target)
+    lo, avg, hi, mdev = map(float, re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+)",
+                                             out).groups())
+    loss = float(re.search(r"([\d.]+)% packet loss", out).group(1))
+    return {"count": count, "min_ms": lo, "avg_ms": avg, "max_ms": hi, "mdev_ms": mdev,
+            "loss_pct": loss}
+
+
+def _goodput(layout: testbed.Layout, seconds: int) -> float | None:
+    if shutil.which("iperf3") is None:
+        return None
+    server = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{layout.server_ns}",
+                               "iperf3", "-s", "-1", "-p", "35201"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = _ns(layout.client_ns(1), "iperf3", "-J", "-c", str(layout.SERVER.ip), "-p",
+                  "35201", "-t", str(seconds), timeout=seconds + 30)
+        return round(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6, 1)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[2, 10, 50],
+                        help="testbed sizes to configure (default: 2 10 50)")
+    parser.add_argument("--restarts", type=int, default=3, help="router start repetitions")
+    parser.add_argument("--pings", type=int, default=50)
+    args = parser.parse_args()
+
+    result: dict = {"datapath": capabilities.ovs_datapath(), "sizes": []}
+    for n in args.clients:
+        where = tempfile.mkdtemp(prefix="lerb-state-")
+        layout = testbed.Layout(clients=n, prefix="lerb")
+        try:
+            built = testbed.up(layout, directory=where, ofp_port=OFP_PORT, rest_port=REST_PORT)
+            plan = router_plan.plan(layout.link_table())
+            entry: dict = {"clients": n, "testbed_up_s": built.timings["total"],
+                           "rest_requests": len(plan.requests()),
+                           "configure_s": built.timings["router_configure"]}
+            if n == args.clients[0]:
+                starts = [built.router.start_seconds]
+                for _ in range(args.restarts - 1):
+                    router.stop(where)
+                    starts.append(router.start(layout.bridge, ofp_port=OFP_PORT,
+                                               rest_port=REST_PORT,
+                                               directory=where).start_seconds)
+                    router.configure(plan, where)
+                entry["router_start_s"] = starts
+                entry["router_start_median_s"] = statistics.median(starts)
+                entry["ping_client_to_server_via_router"] = _ping(
+                    layout.client_ns(1), str(layout.SERVER.ip), args.pings)
+                entry["ping_client_to_edge_no_ovs"] = _ping(
+                    layout.client_ns(1), str(layout.edge_client_ip(1).ip), args.pings)
+                entry["tcp_goodput_mbit_s"] = _goodput(layout, 3)
+            # from scratch again: REST round trips, then until each route's gateway answered
+            rs = router.running_state(where)
+            rs.api().delete_all(rs.dpid)
+            again = router.configure(plan, where)
+            entry["reconfigure_s"] = again["seconds"]
+            entry["reconfigure_until_routes_resolved_s"] = again["resolved_seconds"]
+            result["sizes"].append(entry)
+        finally:
+            testbed.down(where)
+            shutil.rmtree(where, ignore_errors=True)
+    json.dump(result, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
