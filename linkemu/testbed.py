@@ -218,9 +218,11 @@ def up(layout: Layout, *, directory: str | Path | None = None,
                 db.add_port(layout.bridge, port, external_ids=marks)
         timings["bridge"] = round(time.monotonic() - step, 3)
         step = time.monotonic()
-        record.add("router", "router")
+        # Recorded once started: a failed start cleans up after itself, and a router
+        # someone started earlier in this state dir must not be stopped by our rollback.
         state = router.start(layout.bridge, ofp_port=ofp_port, rest_port=rest_port,
                              directory=where, timeout=start_timeout)
+        record.add("router", "router")
         timings["router_start"] = round(time.monotonic() - step, 3)
         configured = router.configure(plan, where)
         timings["router_configure"] = configured["seconds"]
