@@ -193,7 +193,8 @@ def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEF
     began = time.monotonic()
     with open(log, "ab") as log_file:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=os_ken_compat.manager_environment())
     state = RouterState(pid=process.pid, argv=argv, bridge=bridge, ofp_port=ofp_port,
                         rest_port=rest_port, log=log,
                         controller=f"tcp:{LOOPBACK}:{ofp_port}", started_at=time.time())
