@@ -245,7 +245,7 @@ def _preflight(layout: Layout) -> None:
 
     clashes = [f"network namespace {n}" for n in layout.namespaces() if n in netns.listnetns()]
     with IPRoute() as ipr:
-        for name in _host_link_names(layout):
+        for name in host_link_names(layout):
             if ipr.link_lookup(ifname=name):
                 clashes.append(f"interface {name}")
     with Ovsdb() as db:
@@ -258,7 +258,7 @@ def _preflight(layout: Layout) -> None:
                                       "the state dir; otherwise choose another --prefix")
 
 
-def _host_link_names(layout: Layout) -> list[str]:
+def host_link_names(layout: Layout) -> list[str]:
     p = layout.prefix
     names = [layout.client_port, f"{p}-clip", layout.server_port, f"{p}-srvp"]
     for i in range(1, layout.clients + 1):
