@@ -23,7 +23,6 @@ from click.testing import CliRunner
 from linkemu import router, router_plan, testbed
 from linkemu.cli import main
 from linkemu.router_api import NotConnected, RouterApi
-from nestednet import capabilities
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
 
@@ -135,6 +134,8 @@ def test_router_status_is_healthy_and_holds_the_plan(state: Path, info: dict) ->
     result = CliRunner().invoke(main, ["router", "status", "--state-dir", str(state), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["healthy"] is True
+    from nestednet import capabilities
+
     with Ovsdb() as db:  # kernel datapath where the module exists (the VM), else netdev
         kind = db.api.db_get("Bridge", f"{PREFIX}-br", "datapath_type").execute(check_error=True)
     assert kind == capabilities.ovs_datapath()
