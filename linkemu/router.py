@@ -260,7 +260,7 @@ def stop(directory: str | Path | None = None) -> dict:
         if db.bridge_exists(state.bridge):
             if db.controllers(state.bridge) == [state.controller]:
                 if state.previous_controllers:
-                    db.set_controller(state.bridge, state.previous_controllers[0])
+                    db.set_controller(state.bridge, *state.previous_controllers)
                 else:
                     db.del_controller(state.bridge)
                 done.append(f"removed controller {state.controller} from {state.bridge}")
