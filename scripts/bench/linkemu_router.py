@@ -43,17 +43,26 @@ def _ping(namespace: str, target: str, count: int) -> dict:
             "loss_pct": loss}
 
 
-def _goodput(layout: testbed.Layout, seconds: int) -> float | None:
+def _goodput(layout: testbed.Layout, seconds: int) -> float | str | None:
+    """iperf3 TCP goodput C1 -> server in Mbit/s; the error text if the run failed."""
     if shutil.which("iperf3") is None:
         return None
     server = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{layout.server_ns}",
                                "iperf3", "-s", "-1", "-p", "35201"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.5)
+        for _ in range(600):  # the server may take long to listen (software-emulated VM)
+            probe = subprocess.run(["nsenter", f"--net=/var/run/netns/{layout.server_ns}",
+                                    "ss", "-Hltn", "sport = :35201"],
+                                   capture_output=True, text=True, timeout=60)
+            if probe.stdout.strip():
+                break
+            time.sleep(0.1)
         out = _ns(layout.client_ns(1), "iperf3", "-J", "-c", str(layout.SERVER.ip), "-p",
-                  "35201", "-t", str(seconds), timeout=seconds + 30)
+                  "35201", "-t", str(seconds), timeout=seconds + 120)
         return round(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6, 1)
+    except (RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
+        return f"failed: {str(exc)[:200]}"
     finally:
         server.kill()
         server.wait()
