@@ -35,12 +35,15 @@ def _ns(namespace: str, *argv: str, timeout: float = 60) -> str:
 
 
 def _ping(namespace: str, target: str, count: int) -> dict:
-    out = _ns(namespace, "ping", "-q", "-c", str(count), "-i", "0.05", "-W", "2", target)
-    lo, avg, hi, mdev = map(float, re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+)",
-                                             out).groups())
+    """RTT statistics; the first reply is reported apart because a fresh path may go
+    through the controller (rest_router learns a host's MAC on its first packet)."""
+    out = _ns(namespace, "ping", "-n", "-c", str(count), "-i", "0.05", "-W", "2", target)
+    times = [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
     loss = float(re.search(r"([\d.]+)% packet loss", out).group(1))
-    return {"count": count, "min_ms": lo, "avg_ms": avg, "max_ms": hi, "mdev_ms": mdev,
-            "loss_pct": loss}
+    rest = sorted(times[1:]) or [float("nan")]
+    return {"count": count, "loss_pct": loss, "first_ms": times[0] if times else None,
+            "rest_min_ms": rest[0], "rest_median_ms": statistics.median(rest),
+            "rest_p90_ms": rest[int(0.9 * (len(rest) - 1))], "rest_max_ms": rest[-1]}
 
 
 def _goodput(layout: testbed.Layout, seconds: int) -> float | str | None:
