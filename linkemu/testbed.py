@@ -191,6 +191,9 @@ def up(layout: Layout, *, directory: str | Path | None = None,
     from pyroute2 import netns
 
     where = router.state_dir(directory)
+    if not capabilities.is_root():
+        raise EnvironmentProblem("`linkemu testbed up` needs root (network namespaces, veths, "
+                                 "Open vSwitch)", hint="run it with sudo")
     if (where / STATE_FILE).exists():
         raise EnvironmentProblem(f"a testbed is already recorded in {where / STATE_FILE}",
                                  hint="`linkemu testbed down` first")
@@ -232,10 +235,13 @@ def up(layout: Layout, *, directory: str | Path | None = None,
         links_file = where / LINKS_FILE
         record.add("file", str(links_file))
         links_file.write_text(json.dumps(links_document(layout), indent=2) + "\n")
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(NestedNetError, OSError):
             down(where)
-        raise
+        if isinstance(exc, NestedNetError) or not isinstance(exc, Exception):
+            raise
+        raise EnvironmentProblem(f"building the testbed failed ({type(exc).__name__}: {exc}); "
+                                 "everything built so far was removed again") from exc
     timings["total"] = round(time.monotonic() - began, 3)
     return Testbed(layout, datapath, links_file, state, plan, timings)
 
