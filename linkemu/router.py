@@ -27,6 +27,7 @@ from pathlib import Path
 from linkemu import os_ken_compat
 from linkemu.router_api import RouterApi
 from linkemu.router_plan import RouterPlan
+from nestednet import capabilities
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 
@@ -36,6 +37,10 @@ DEFAULT_OFP_PORT = 16653
 DEFAULT_REST_PORT = 18081
 """Not 8080, os-ken's default, for the same reason."""
 DEFAULT_STATE_DIR = "/var/lib/nestednet/linkemu"
+START_TIMEOUT = 60.0
+"""Seconds to wait for the router to come up: ~1 s on a host. In the software-emulated
+full-kernel VM, importing os-ken alone took 67 s, so there it is VM_START_TIMEOUT."""
+VM_START_TIMEOUT = 600.0
 STATE_FILE = "router.json"
 LOG_FILE = "router.log"
 
@@ -158,8 +163,10 @@ def _log_tail(path: str, lines: int = 8) -> str:
 
 
 def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEFAULT_REST_PORT,
-          directory: str | Path | None = None, timeout: float = 60.0) -> RouterState:
+          directory: str | Path | None = None, timeout: float | None = None) -> RouterState:
     """Run rest_router for ``bridge`` and wait until the bridge has joined it."""
+    if timeout is None:
+        timeout = VM_START_TIMEOUT if capabilities.in_full_kernel_vm() else START_TIMEOUT
     if ofp_port == rest_port:
         raise UsageError(f"OpenFlow and REST ports must differ (both {ofp_port})")
     existing = load_state(directory)
@@ -186,13 +193,14 @@ def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEF
     began = time.monotonic()
     with open(log, "ab") as log_file:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=os_ken_compat.manager_environment())
     state = RouterState(pid=process.pid, argv=argv, bridge=bridge, ofp_port=ofp_port,
                         rest_port=rest_port, log=log,
                         controller=f"tcp:{LOOPBACK}:{ofp_port}", started_at=time.time())
     _save_state(state, directory)
     try:
-        _wait(lambda: state.api(timeout=2).answering(), state, timeout,
+        _wait(lambda: state.api(timeout=2).answering(), process, state, timeout,
               "the router's REST API to answer")
         with Ovsdb() as db:
             state.previous_controllers = db.controllers(bridge)
@@ -203,30 +211,37 @@ def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEF
             state.ports_at_start = sorted(db.api.list_ports(bridge).execute(check_error=True))
             db.set_controller(bridge, state.controller)
             _save_state(state, directory)
-            _wait(lambda: bool(db.datapath_id(bridge)), state, timeout,
+            _wait(lambda: bool(db.datapath_id(bridge)), process, state, timeout,
                   f"bridge {bridge} to get a datapath id")
             state.dpid = db.datapath_id(bridge)
-        _wait(lambda: state.api(timeout=2).connected(state.dpid), state, timeout,
+        _wait(lambda: state.api(timeout=2).connected(state.dpid), process, state, timeout,
               f"bridge {bridge} (datapath {state.dpid}) to join the router")
-    except NestedNetError:
+    except BaseException:
         stop(directory)
+        if process.poll() is None:  # stop() could not recognise it yet (exec not done)
+            process.kill()
+            process.wait(timeout=10)
         raise
     state.start_seconds = round(time.monotonic() - began, 3)
     _save_state(state, directory)
     return state
 
 
-def _wait(ready: object, state: RouterState, timeout: float, what: str) -> None:
+def _wait(ready: object, process: subprocess.Popen, state: RouterState, timeout: float,
+          what: str) -> None:
+    # process.poll(), not process_alive(): until exec completes, /proc/<pid>/cmdline is
+    # still our own command line.
     deadline = time.monotonic() + timeout
     while True:
-        if not process_alive(state.pid, state.argv):
+        if process.poll() is not None:
             raise EnvironmentProblem(f"the router process exited while waiting for {what}; "
                                      f"its log ({state.log}) ends:\n{_log_tail(state.log)}")
         if ready():  # type: ignore[operator]
             return
         if time.monotonic() > deadline:
             raise EnvironmentProblem(f"timed out after {timeout:.0f} s waiting for {what}; "
-                                     f"router log ({state.log}) ends:\n{_log_tail(state.log)}")
+                                     f"router log ({state.log}) ends:\n{_log_tail(state.log)}",
+                                     hint="on a slow machine pass a longer --start-timeout")
         time.sleep(0.1)
 
 
@@ -245,7 +260,7 @@ def stop(directory: str | Path | None = None) -> dict:
         if db.bridge_exists(state.bridge):
             if db.controllers(state.bridge) == [state.controller]:
                 if state.previous_controllers:
-                    db.set_controller(state.bridge, state.previous_controllers[0])
+                    db.set_controller(state.bridge, *state.previous_controllers)
                 else:
                     db.del_controller(state.bridge)
                 done.append(f"removed controller {state.controller} from {state.bridge}")
@@ -365,6 +380,7 @@ def configure(plan: RouterPlan, directory: str | Path | None = None, *,
         if pending:
             time.sleep(0.05)
     return {"changed": True, "requests": len(plan.requests()), "seconds": seconds,
+            "resolved_seconds": round(time.monotonic() - began, 3),
             "routes_pending": sorted(pending)}
 
 

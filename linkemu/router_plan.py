@@ -74,6 +74,46 @@ class RouterPlan:
         }
 
 
+def side_from_native(value: object, at: str) -> RouterSide:
+    """``{"address": "198.18.0.1/24", "gateway": "198.18.0.2"}`` (gateway optional) from a
+    native links file's ``emulator.client_side`` / ``emulator.server_side``."""
+    if not isinstance(value, dict) or set(value) - {"address", "gateway"} or "address" not in value:
+        raise UsageError(f"{at}: expected {{\"address\": \"A.B.C.D/M\", \"gateway\": "
+                         f"\"A.B.C.D\"}} (gateway optional), got {value!r}")
+    try:
+        address = IPv4Interface(value["address"])
+        if "/" not in str(value["address"]):
+            raise ValueError("a prefix length is needed, like 198.18.0.1/24")
+    except ValueError as exc:
+        raise UsageError(f"{at}.address: {value['address']!r} is not an IPv4 address with a "
+                         f"prefix: {exc}") from None
+    gateway = value.get("gateway")
+    try:
+        return RouterSide(address, IPv4Address(gateway) if gateway is not None else None)
+    except ValueError as exc:
+        raise UsageError(f"{at}.gateway: {gateway!r} is not an IPv4 address: {exc}") from None
+
+
+def side_to_native(side: RouterSide) -> dict[str, str]:
+    result = {"address": str(side.address)}
+    if side.gateway is not None:
+        result["gateway"] = str(side.gateway)
+    return result
+
+
+SIDE_SCHEMA = {
+    "description": "The router's address on this side (with prefix) and, when that side's "
+                   "hosts sit behind another router, that router's address. Omitted: "
+                   "linkemu constructs an on-link address per host /24.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["address"],
+    "properties": {"address": {"type": "string", "examples": ["198.18.0.1/24"]},
+                   "gateway": {"type": "string", "format": "ipv4"}},
+}
+"""JSON Schema of emulator.client_side / emulator.server_side in the native links file."""
+
+
 def plan(table: LinkTable) -> RouterPlan:
     """The router configuration for ``table``; UsageError if it cannot be consistent."""
     if not table.links:

@@ -35,7 +35,7 @@ OWNER_KEY = "org.nestednet.linkemu"
 """external_ids key on the bridge and ports the testbed makes: down deletes a bridge
 only when it carries this mark."""
 ROUTER_ID = "R1"
-DEFAULT_RATE = "100mbit"
+DEFAULT_RATE = "100Mbit"
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,8 @@ def links_document(layout: Layout) -> dict:
         "emulator": {
             "bridge": emulator.bridge, "client_port": emulator.client_port,
             "server_port": emulator.server_port,
-            "client_side": {"address": str(emulator.client_side.address),
-                            "gateway": str(emulator.client_side.gateway)},
-            "server_side": {"address": str(emulator.server_side.address)},
+            "client_side": router_plan.side_to_native(emulator.client_side),
+            "server_side": router_plan.side_to_native(emulator.server_side),
         },
         "links": [{"router": ROUTER_ID, "client": f"C{i}",
                    "client_ip": str(layout.client_ip(i).ip), "server_ip": str(layout.SERVER.ip),
@@ -186,11 +185,15 @@ class Testbed:
 
 def up(layout: Layout, *, directory: str | Path | None = None,
        ofp_port: int = router.DEFAULT_OFP_PORT,
-       rest_port: int = router.DEFAULT_REST_PORT) -> Testbed:
+       rest_port: int = router.DEFAULT_REST_PORT,
+       start_timeout: float | None = None) -> Testbed:
     """Build the testbed; on any failure remove what was built and re-raise."""
     from pyroute2 import netns
 
     where = router.state_dir(directory)
+    if not capabilities.is_root():
+        raise EnvironmentProblem("`linkemu testbed up` needs root (network namespaces, veths, "
+                                 "Open vSwitch)", hint="run it with sudo")
     if (where / STATE_FILE).exists():
         raise EnvironmentProblem(f"a testbed is already recorded in {where / STATE_FILE}",
                                  hint="`linkemu testbed down` first")
@@ -218,9 +221,11 @@ def up(layout: Layout, *, directory: str | Path | None = None,
                 db.add_port(layout.bridge, port, external_ids=marks)
         timings["bridge"] = round(time.monotonic() - step, 3)
         step = time.monotonic()
-        record.add("router", "router")
+        # Recorded once started: a failed start cleans up after itself, and a router
+        # someone started earlier in this state dir must not be stopped by our rollback.
         state = router.start(layout.bridge, ofp_port=ofp_port, rest_port=rest_port,
-                             directory=where)
+                             directory=where, timeout=start_timeout)
+        record.add("router", "router")
         timings["router_start"] = round(time.monotonic() - step, 3)
         configured = router.configure(plan, where)
         timings["router_configure"] = configured["seconds"]
@@ -230,10 +235,13 @@ def up(layout: Layout, *, directory: str | Path | None = None,
         links_file = where / LINKS_FILE
         record.add("file", str(links_file))
         links_file.write_text(json.dumps(links_document(layout), indent=2) + "\n")
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(NestedNetError, OSError):
             down(where)
-        raise
+        if isinstance(exc, NestedNetError) or not isinstance(exc, Exception):
+            raise
+        raise EnvironmentProblem(f"building the testbed failed ({type(exc).__name__}: {exc}); "
+                                 "everything built so far was removed again") from exc
     timings["total"] = round(time.monotonic() - began, 3)
     return Testbed(layout, datapath, links_file, state, plan, timings)
 
@@ -243,7 +251,7 @@ def _preflight(layout: Layout) -> None:
 
     clashes = [f"network namespace {n}" for n in layout.namespaces() if n in netns.listnetns()]
     with IPRoute() as ipr:
-        for name in _host_link_names(layout):
+        for name in host_link_names(layout):
             if ipr.link_lookup(ifname=name):
                 clashes.append(f"interface {name}")
     with Ovsdb() as db:
@@ -256,7 +264,7 @@ def _preflight(layout: Layout) -> None:
                                       "the state dir; otherwise choose another --prefix")
 
 
-def _host_link_names(layout: Layout) -> list[str]:
+def host_link_names(layout: Layout) -> list[str]:
     p = layout.prefix
     names = [layout.client_port, f"{p}-clip", layout.server_port, f"{p}-srvp"]
     for i in range(1, layout.clients + 1):

@@ -297,6 +297,12 @@ def vng_path() -> str | None:
     return str(beside) if beside.exists() else shutil.which("vng")
 
 
+def in_full_kernel_vm() -> bool:
+    """Whether we run inside scripts/kernel-vm (software-emulated: Python starts ~10 s,
+    importing os-ken takes over a minute), so waits must be far longer than on a host."""
+    return os.environ.get("NESTEDNET_IN_VM") == "1"
+
+
 def vm_check() -> Check:
     missing = []
     if vng_path() is None:

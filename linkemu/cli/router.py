@@ -21,6 +21,10 @@ REST_PORT_OPTION = click.option(
     "--rest-port", type=click.IntRange(1, 65535), default=router.DEFAULT_REST_PORT,
     show_default=True, help="REST API port of the router (127.0.0.1 only).")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+START_TIMEOUT_OPTION = click.option(
+    "--start-timeout", type=click.FloatRange(1), default=None,
+    help=f"Seconds to wait for the router to come up [default: {router.START_TIMEOUT:.0f}; "
+         f"{router.VM_START_TIMEOUT:.0f} inside scripts/kernel-vm].")
 
 
 def register(group: click.Group) -> None:
@@ -42,14 +46,17 @@ def router_group() -> None:
                    "already: rest_router learns them when the bridge joins.")
 @OFP_PORT_OPTION
 @REST_PORT_OPTION
+@START_TIMEOUT_OPTION
 @STATE_DIR_OPTION
 @JSON_OPTION
-def start(bridge: str, ofp_port: int, rest_port: int, state_dir: str, as_json: bool) -> None:
+def start(bridge: str, ofp_port: int, rest_port: int, start_timeout: float | None,
+          state_dir: str, as_json: bool) -> None:
     """Start the router in the background and wait until BRIDGE has joined it."""
     if not as_json:
         progress(f"starting rest_router (OpenFlow {router.LOOPBACK}:{ofp_port}, "
                  f"REST {router.LOOPBACK}:{rest_port}) for bridge {bridge}")
-    state = router.start(bridge, ofp_port=ofp_port, rest_port=rest_port, directory=state_dir)
+    state = router.start(bridge, ofp_port=ofp_port, rest_port=rest_port, directory=state_dir,
+                         timeout=start_timeout)
     if as_json:
         print_json(router.status(state_dir).as_dict())
         return

@@ -102,17 +102,18 @@ class Ovsdb:
     def bridge_exists(self, name: str) -> bool:
         return bool(self.api.br_exists(name).execute(check_error=True))
 
-    def set_controller(self, bridge: str, target: str, *,
+    def set_controller(self, bridge: str, *targets: str,
                        connection_mode: str = "out-of-band") -> None:
-        """Make ``target`` (e.g. tcp:127.0.0.1:16653) the bridge's only OpenFlow controller.
+        """Make ``targets`` (e.g. tcp:127.0.0.1:16653) the bridge's OpenFlow controllers.
 
         Out-of-band: the controller is reached over the host's own stack (loopback), so
         the in-band hidden flows, which would steer ARP on the bridge, are not wanted.
         """
         with self.api.transaction(check_error=True) as txn:
-            controller = txn.add(self.api.db_create("Controller", target=target,
-                                                    connection_mode=connection_mode))
-            txn.add(self.api.db_set("Bridge", bridge, ("controller", [controller])))
+            controllers = [txn.add(self.api.db_create("Controller", target=target,
+                                                      connection_mode=connection_mode))
+                           for target in targets]
+            txn.add(self.api.db_set("Bridge", bridge, ("controller", controllers)))
 
     def del_controller(self, bridge: str) -> None:
         self.api.del_controller(bridge).execute(check_error=True)

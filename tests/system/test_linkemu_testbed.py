@@ -132,6 +132,11 @@ def test_router_status_is_healthy_and_holds_the_plan(state: Path, info: dict) ->
     result = CliRunner().invoke(main, ["router", "status", "--state-dir", str(state), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["healthy"] is True
+    from nestednet import capabilities
+
+    with Ovsdb() as db:  # kernel datapath where the module exists (the VM), else netdev
+        kind = db.api.db_get("Bridge", f"{PREFIX}-br", "datapath_type").execute(check_error=True)
+    assert kind == capabilities.ovs_datapath()
 
 
 @pytest.mark.system
@@ -185,6 +190,32 @@ def test_failed_up_removes_what_it_built(tmp_path: Path) -> None:
     with Ovsdb() as db:
         assert not db.bridge_exists(layout.bridge)
     assert testbed.recorded(tmp_path) is None
+
+
+@pytest.mark.system
+def test_router_on_someone_elses_bridge_restores_its_settings(tmp_path: Path) -> None:
+    bridge = "lerx-ctl"
+    with Ovsdb() as db:
+        db.add_bridge(bridge, datapath_type="netdev", external_ids={"owner": "someone"},
+                      protocols=("OpenFlow10",))
+        db.set_controller(bridge, "tcp:127.0.0.1:1", connection_mode="in-band")
+    try:
+        started = router.start(bridge, ofp_port=_free_port(), rest_port=_free_port(),
+                               directory=tmp_path)
+        assert router.status(tmp_path).healthy
+        with Ovsdb() as db:
+            assert db.controllers(bridge) == [started.controller]
+            assert "OpenFlow13" in db.protocols(bridge)
+        assert router.stop(tmp_path)["stopped"] is True
+        assert not router.process_alive(started.pid, started.argv)
+        with Ovsdb() as db:
+            assert db.controllers(bridge) == ["tcp:127.0.0.1:1"]
+            assert db.protocols(bridge) == ["OpenFlow10"]
+        assert router.stop(tmp_path)["stopped"] is False
+    finally:
+        router.stop(tmp_path)
+        with Ovsdb() as db:
+            db.del_bridge(bridge)
 
 
 @pytest.mark.system

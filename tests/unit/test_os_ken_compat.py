@@ -14,13 +14,16 @@ import pytest
 from linkemu import os_ken_compat
 
 
-def _python(code: str) -> subprocess.CompletedProcess[str]:
+def _python(code: str, *, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
 
 
 @pytest.mark.unit
-def test_rest_router_imports_with_the_shim_and_has_what_linkemu_uses() -> None:
+@pytest.mark.parametrize("router_env", [False, True], ids=["plain", "router-environment"])
+def test_rest_router_imports_with_the_shim_and_has_what_linkemu_uses(router_env: bool) -> None:
+    env = os_ken_compat.manager_environment() if router_env else None
     done = _python(
         "import linkemu.os_ken_compat as c\n"
         "rr = c.import_rest_router()\n"
@@ -30,7 +33,7 @@ def test_rest_router_imports_with_the_shim_and_has_what_linkemu_uses() -> None:
         "assert rr.REST_RESULT == 'result' and rr.REST_NG == 'failure'\n"
         "assert rr.REST_DETAILS == 'details' and rr.REST_OK == 'success'\n"
         "assert wsgi._AlreadyHandledResponse._ALREADY_HANDLED is not None\n"
-        "print(c.os_ken_version())\n")
+        "print(c.os_ken_version())\n", env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1.4.1"
 
@@ -43,7 +46,8 @@ def test_manager_entry_parses_the_loopback_options() -> None:
     argv = os_ken_compat.manager_command(ofp_host="127.0.0.1", ofp_port=1, rest_host="127.0.0.1",
                                          rest_port=2)
     assert argv[:3] == [sys.executable, "-m", "linkemu.os_ken_compat"]
-    done = subprocess.run([*argv[:3], "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*argv[:3], "--help"], capture_output=True, text=True, timeout=120,
+                          env=os_ken_compat.manager_environment())
     assert done.returncode == 0, done.stderr
     for option in ("--ofp-listen-host", "--ofp-tcp-listen-port", "--wsapi-host",
                    "--wsapi-port"):

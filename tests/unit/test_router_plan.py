@@ -115,3 +115,27 @@ def test_every_testbed_client_is_reachable_and_nothing_overlaps(nets: set[int],
         assert all(ip not in a.address.network for a in p.addresses)
     assert len(p.routes) == len(nets)
     assert all(r.gateway == IPv4Address("198.18.0.2") for r in p.routes)
+
+
+@pytest.mark.unit
+def test_router_sides_round_trip_through_the_native_form() -> None:
+    from linkemu.router_plan import side_from_native, side_to_native
+
+    for side in (TESTBED.client_side, TESTBED.server_side):
+        assert side is not None
+        assert side_from_native(side_to_native(side), "emulator.client_side") == side
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("value", "message"), [
+    ({"address": "198.18.0.1"}, r"emulator.client_side.address.*prefix"),
+    ({"address": "198.18.300.1/24"}, r"emulator.client_side.address"),
+    ({"address": "198.18.0.1/24", "gateway": "x"}, r"emulator.client_side.gateway"),
+    ({"gateway": "198.18.0.2"}, r"emulator.client_side: expected"),
+    ({"address": "198.18.0.1/24", "via": "198.18.0.2"}, r"emulator.client_side: expected"),
+])
+def test_bad_router_sides_name_the_field(value: dict, message: str) -> None:
+    from linkemu.router_plan import side_from_native
+
+    with pytest.raises(UsageError, match=message):
+        side_from_native(value, "emulator.client_side")
