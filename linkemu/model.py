@@ -55,12 +55,15 @@ class Emulator:
     """Where linkemu acts: the OVS bridge made a router, and its two host-side ports.
 
     Forward shaping sits on ``server_port`` egress, backward on ``client_port`` egress.
-    The defaults are the names `linkemu testbed up` creates.
+    The defaults are the names `linkemu testbed up` creates. ``netns`` names the
+    network namespace holding the two ports (None: the host's own namespace), so an
+    emulator can live inside a namespace, as the shaping kernel tests build it.
     """
 
     bridge: str = "le-br"
     client_port: str = "le-cli"
     server_port: str = "le-srv"
+    netns: str | None = None
 
     def port_for(self, direction: str) -> str:
         return self.server_port if direction == FORWARD else self.client_port
