@@ -18,7 +18,9 @@ def main() -> None:
 
 def _register() -> None:
     # Each command module adds its commands here: from linkemu.cli import x; x.register(main)
-    pass
+    from linkemu.cli import shaping
+
+    shaping.register(main)
 
 
 _register()

@@ -1,0 +1,170 @@
+"""Shaping on a real kernel (sch_netem/sch_hfsc): run in the full-kernel VM.
+
+    scripts/kernel-vm .venv/bin/python -m pytest -m kernel tests/kernel/test_shaping_kernel.py -q
+
+Every test builds its own `les*` namespaces (tests/kernel/lestopo.py), applies a
+plan with linkemu's adapter and measures with ping / iperf3 between those
+namespaces only. Measured numbers are appended to $LES_RESULTS (JSON lines) when
+set, so the report can quote them. Tolerances are for the software-emulated VM
+(about 10x slower than metal) and are stated per test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import lestopo
+import pytest
+
+from linkemu import linksfile, shaping, tc
+from linkemu.model import Emulator
+
+RATE_TOLERANCE = 0.10
+"""iperf3 TCP goodput within 10 % of the configured rate (TCP/IP headers are ~4 %)."""
+DELAY_TOLERANCE_MS = 1.0
+"""Median ping RTT rise vs configured one-way delay, in the VM."""
+
+
+def record(name: str, **values: object) -> None:
+    path = os.environ.get("LES_RESULTS")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"test": name, **values}) + "\n")
+
+
+def links_doc(topo: lestopo.Topology, c1: dict, c2: dict, c1_back: dict | None = None,
+              c2_back: dict | None = None) -> dict:
+    def link(client: str, fwd: dict, back: dict | None) -> dict:
+        return {"router": "R1", "client": client, "client_ip": topo.client_ip(client),
+                "server_ip": topo.server_ip, "forward": fwd,
+                "backward": back or {"rate": "100Mbit"}}
+
+    return {"emulator": {"bridge": "les-br", "client_port": topo.client_port,
+                         "server_port": topo.server_port, "netns": topo.emu},
+            "links": [link("C1", c1, c1_back), link("C2", c2, c2_back)]}
+
+
+@pytest.fixture
+def topo(tmp_path, monkeypatch):
+    monkeypatch.setenv(shaping.STATE_DIR_ENV, str(tmp_path / "state"))
+    built = lestopo.build()
+    yield built
+    shaping.clear()
+    lestopo.destroy()
+
+
+def apply_doc(doc: dict, shaper: str) -> None:
+    table = linksfile.parse(doc)
+    from nestednet import capabilities
+
+    shaping.execute(shaping.plan_apply(table, shaper, capabilities.available_qdiscs()))
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("shaper", ["htb", "hfsc"])
+def test_delay_raises_rtt_by_configured_amount(topo, shaper):
+    apply_doc(links_doc(topo, {"rate": "100Mbit"}, {"rate": "100Mbit"}), shaper)
+    base = lestopo.ping("les-c1", topo.server_ip, count=30, interval=0.05).median_ms
+    seen = {}
+    for delay_ms in (5, 20, 50):
+        shaping.set_link("R1-C1", "forward", {"delay_us": delay_ms * 1000})
+        rtt = lestopo.ping("les-c1", topo.server_ip, count=30, interval=0.05).median_ms
+        seen[delay_ms] = round(rtt - base, 3)
+    record("delay", shaper=shaper, base_ms=base, rise_ms=seen)
+    for delay_ms, rise in seen.items():
+        assert abs(rise - delay_ms) <= DELAY_TOLERANCE_MS, (shaper, base, seen)
+
+
+@pytest.mark.kernel
+def test_loss_ten_percent(topo):
+    apply_doc(links_doc(topo, {"rate": "100Mbit", "loss": "10%"}, {"rate": "100Mbit"}), "htb")
+    result = lestopo.ping("les-c1", topo.server_ip, count=1000, interval=0.005, wait=1)
+    record("loss", configured=10, observed=result.loss_pct)
+    assert 7.0 <= result.loss_pct <= 13.0, result.loss_pct
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("shaper", ["htb", "hfsc"])
+def test_rate_limits_tcp_goodput(topo, shaper):
+    apply_doc(links_doc(topo, {"rate": "4Mbit", "delay": "2ms"}, {"rate": "100Mbit"}), shaper)
+    got = lestopo.iperf3("C1", topo, seconds=4)["bps"]
+    record("rate", shaper=shaper, configured_bps=4_000_000, goodput_bps=got)
+    assert abs(got - 4_000_000) <= RATE_TOLERANCE * 4_000_000, got
+
+
+@pytest.mark.kernel
+def test_set_changes_one_link_in_place(topo):
+    apply_doc(links_doc(topo, {"rate": "20Mbit", "delay": "3ms"},
+                        {"rate": "30Mbit", "delay": "7ms", "loss": "1%"}), "htb")
+    lestopo.ping("les-c1", topo.server_ip, count=20, interval=0.02)
+    before = shaping.show()
+    shaping.set_link("R1-C1", "forward", {"rate_bps": 5_000_000, "delay_us": 10_000})
+    after = shaping.show()
+    rows = {(r["link"], r["direction"]): r for r in after["links"]}
+    old_rows = {(r["link"], r["direction"]): r for r in before["links"]}
+    c1 = rows[("R1-C1", "forward")]["kernel"]
+    assert (c1["rate_bps"], c1["delay_us"]) == (5_000_000, 10_000)
+    for key, row in rows.items():
+        if key != ("R1-C1", "forward"):
+            assert row["kernel"] == old_rows[key]["kernel"], key
+    assert all(r["in_sync"] for r in after["links"])
+
+    # In place: the netem qdisc kept its packet counter (delete + re-add would reset it).
+    def c1_netem(state: dict) -> dict:
+        return next(q for q in state["ports"][topo.server_port]["qdiscs"] if q["handle"] == "10:0")
+
+    assert c1_netem(after)["sent_packets"] >= c1_netem(before)["sent_packets"] > 0
+
+
+@pytest.mark.kernel
+def test_clear_restores_ports(topo):
+    ports = [topo.client_port, topo.server_port]
+    before = tc.snapshot(topo.emu, ports)
+    apply_doc(links_doc(topo, {"rate": "20Mbit", "delay": "3ms"}, {"rate": "30Mbit"}), "hfsc")
+    assert tc.snapshot(topo.emu, ports) != before
+    assert sorted(shaping.clear()) == sorted(ports)
+    assert tc.snapshot(topo.emu, ports) == before
+    assert shaping.clear() == []
+
+
+@pytest.mark.kernel
+def test_thesis_example_applies_as_written(topo, tmp_path):
+    table = linksfile.load("scenarios/links/thesis-example.json")
+    from dataclasses import replace
+
+    from nestednet import capabilities
+
+    table = replace(table, emulator=Emulator(bridge="les-br", client_port=topo.client_port,
+                                             server_port=topo.server_port, netns=topo.emu))
+    shaping.execute(shaping.plan_apply(table, shaping.DEFAULT_SHAPER,
+                                       capabilities.available_qdiscs()))
+    state = shaping.show()
+    assert len(state["links"]) == 6 and all(r["in_sync"] for r in state["links"])
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("shaper", ["htb", "hfsc"])
+def test_head_of_line(topo, shaper):
+    """Link A (1 ms) keeps its RTT while link B (200 ms) on the same port is saturated."""
+    apply_doc(links_doc(topo, {"rate": "10Mbit", "delay": "1ms"},
+                        {"rate": "10Mbit", "delay": "200ms"}), shaper)
+    idle = lestopo.ping("les-c1", topo.server_ip, count=30, interval=0.05)
+    flood = lestopo.popen_in("les-sv", "iperf3", "-s", "-1", "-p", "5202", "-B", topo.server_ip)
+    try:
+        import time
+
+        time.sleep(0.5)
+        sender = lestopo.popen_in("les-c2", "iperf3", "-c", topo.server_ip, "-p", "5202", "-u",
+                                  "-b", "20M", "-t", "8", "-B", topo.client_ip("C2"))
+        time.sleep(2.5)
+        loaded = lestopo.ping("les-c1", topo.server_ip, count=40, interval=0.05, wait=3)
+        sender.wait(timeout=120)
+    finally:
+        flood.wait(timeout=30)
+    record("head_of_line", shaper=shaper, idle_median_ms=idle.median_ms,
+           loaded_median_ms=loaded.median_ms if loaded.rtts_ms else None,
+           loaded_max_ms=max(loaded.rtts_ms) if loaded.rtts_ms else None,
+           loaded_loss_pct=loaded.loss_pct)
+    assert loaded.rtts_ms and loaded.loss_pct == 0
+    assert loaded.median_ms - idle.median_ms <= 2.0, (shaper, idle.median_ms, loaded.median_ms)
