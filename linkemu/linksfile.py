@@ -82,13 +82,13 @@ def parse(data: Any) -> LinkTable:
     if not isinstance(data, dict):
         raise LinksFileError("", "the top level must be a JSON object")
     if "Routerpairs" in data or "Linkproperties" in data:
-        table = _parse_thesis(data)
+        table, origins = _parse_thesis(data)
     elif "links" in data:
-        table = _parse_native(data)
+        table, origins = _parse_native(data)
     else:
         raise LinksFileError("", "neither a thesis file (Routerpairs + Linkproperties) "
                              "nor a native one (links)")
-    _check_table(table)
+    _check_table(table, origins)
     return table
 
 
@@ -102,7 +102,7 @@ def _json_path(parts: Any) -> str:
     return out
 
 
-def _parse_native(data: dict) -> LinkTable:
+def _parse_native(data: dict) -> tuple[LinkTable, list[str]]:
     validator = jsonschema.Draft202012Validator(
         schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.path)), e.message))
@@ -125,7 +125,8 @@ def _parse_native(data: dict) -> LinkTable:
                           client_ip=_ip(f"{at}.client_ip", entry["client_ip"]),
                           server_ip=_ip(f"{at}.server_ip", entry["server_ip"]),
                           forward=shapes["forward"], backward=shapes["backward"]))
-    return LinkTable(links=tuple(links), emulator=emulator)
+    return (LinkTable(links=tuple(links), emulator=emulator),
+            [f"links[{i}]" for i in range(len(links))])
 
 
 # --- thesis format ----------------------------------------------------------------
@@ -142,7 +143,7 @@ def _router_name(value: Any, at: str) -> str:
     return f"R{text}" if text.isdigit() else text
 
 
-def _parse_thesis(data: dict) -> LinkTable:
+def _parse_thesis(data: dict) -> tuple[LinkTable, list[str]]:
     unknown = sorted(set(data) - {"Routerpairs", "Linkproperties", "emulator", "description"})
     if unknown:
         raise LinksFileError(unknown[0], "unknown key (expected Routerpairs, Linkproperties)")
@@ -196,7 +197,8 @@ def _parse_thesis(data: dict) -> LinkTable:
 
     by_router = _match_properties(props, props_key, routers)
     links = []
-    for router, clients, server_ip, _ in routers:
+    origins = []
+    for router, clients, server_ip, position in routers:
         entry, at = by_router[router]
         count = len(clients)
         seen: dict[tuple[str, int, str], Any] = {}
@@ -225,6 +227,7 @@ def _parse_thesis(data: dict) -> LinkTable:
                     jitter=("jitter", "0"),
                     loss=(f"packetloss_{n}_{direction}",
                           seen.get(("packetloss", n, direction), "0")))
+            origins.append(f"Routerpairs[{position}].Client_IP{n}")
             links.append(Link(router=router, client=f"C{n}", client_ip=client_ip,
                               server_ip=server_ip, forward=shapes["forward"],
                               backward=shapes["backward"]))
@@ -235,7 +238,7 @@ def _parse_thesis(data: dict) -> LinkTable:
         jsonschema.validate(emulator, schema()["properties"]["emulator"])
     except jsonschema.ValidationError as exc:
         raise LinksFileError(_json_path(["emulator", *exc.absolute_path]), exc.message) from None
-    return LinkTable(links=tuple(links), emulator=Emulator(**emulator))
+    return LinkTable(links=tuple(links), emulator=Emulator(**emulator)), origins
 
 
 def _match_properties(props: list, key: str, routers: list) -> dict[str, tuple[dict, str]]:
@@ -295,7 +298,7 @@ def _shape(at: str, *, rate: tuple[str, Any], delay: tuple[str, Any], jitter: tu
     return shape
 
 
-def _check_table(table: LinkTable) -> None:
+def _check_table(table: LinkTable, origins: list[str]) -> None:
     if not table.links:
         raise LinksFileError("links", "no links")
     if len(table.links) > MAX_LINKS:
@@ -303,24 +306,20 @@ def _check_table(table: LinkTable) -> None:
     emu = table.emulator
     if emu.client_port == emu.server_port:
         raise LinksFileError("emulator", "client_port and server_port must differ")
-    names: set[str] = set()
-    pairs: set[tuple[IPv4Address, IPv4Address]] = set()
-    for i, link in enumerate(table.links):
-        at = _where(table, i)
+    names: dict[str, str] = {}
+    pairs: dict[tuple[IPv4Address, IPv4Address], str] = {}
+    for link, at in zip(table.links, origins, strict=True):
         if link.client_ip == link.server_ip:
             raise LinksFileError(at, f"client IP and server IP are both {link.client_ip}")
         if link.name in names:
-            raise LinksFileError(at, f"duplicate client {link.name}")
-        names.add(link.name)
-        if (link.client_ip, link.server_ip) in pairs:
+            raise LinksFileError(at, f"duplicate client {link.name} (also {names[link.name]})")
+        names[link.name] = at
+        pair = (link.client_ip, link.server_ip)
+        if pair in pairs:
             raise LinksFileError(at, f"duplicate client: {link.client_ip} -> {link.server_ip} "
-                                 "is already a link, and tc could not tell the two apart")
-        pairs.add((link.client_ip, link.server_ip))
-
-
-def _where(table: LinkTable, index: int) -> str:
-    link = table.links[index]
-    return f"link {link.name} (#{index})"
+                                 f"is already a link ({pairs[pair]}); tc could not tell the "
+                                 "two apart")
+        pairs[pair] = at
 
 
 def to_native(table: LinkTable) -> dict:
