@@ -24,6 +24,14 @@ def _fmt(value: object, kind: str) -> str:
     return str(value)
 
 
+def _pair(configured: object, kernel: object, kind: str) -> str:
+    if kernel is None:
+        return f"{_fmt(configured, kind)} / -"
+    if _fmt(configured, kind) == _fmt(kernel, kind):
+        return _fmt(configured, kind)
+    return f"[red]{_fmt(configured, kind)} / {_fmt(kernel, kind)}[/]"
+
+
 @click.command("apply")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; change nothing.")
@@ -124,17 +132,16 @@ def show_cmd(as_json: bool) -> None:
     out_console.print(f"shaper {state['shaper']}, ports {emu['client_port']} (backward) / "
                       f"{emu['server_port']} (forward)"
                       + (f" in netns {emu['netns']}" if emu["netns"] else ""))
-    table = Table("link", "dir", "class", "rate cfg/kernel", "delay cfg/kernel",
-                  "jitter cfg/kernel", "loss cfg/kernel", "limit", "ok")
+    out_console.print("one value: configured = kernel; 'cfg / kernel' where they differ; "
+                      "'-': no such kernel object")
+    table = Table("link", "dir", "class", "rate", "delay", "jitter", "loss", "limit", "ok")
     for row in state["links"]:
         cfg, krn = row["configured"], row["kernel"]
-        table.add_row(
-            row["link"], row["direction"], row["class"],
-            f"{_fmt(cfg['rate_bps'], 'rate')} / {_fmt(krn['rate_bps'], 'rate')}",
-            f"{_fmt(cfg['delay_us'], 'time')} / {_fmt(krn['delay_us'], 'time')}",
-            f"{_fmt(cfg['jitter_us'], 'time')} / {_fmt(krn['jitter_us'], 'time')}",
-            f"{_fmt(cfg['loss_pct'], 'loss')} / {_fmt(krn['loss_pct'], 'loss')}",
-            _fmt(krn["limit"], ""), "yes" if row["in_sync"] else "[red]NO[/]")
+        cells = [_pair(cfg[key], krn[key], kind) for key, kind in (
+            ("rate_bps", "rate"), ("delay_us", "time"), ("jitter_us", "time"),
+            ("loss_pct", "loss"))]
+        table.add_row(row["link"], row["direction"], row["class"], *cells,
+                      _fmt(krn["limit"], ""), "yes" if row["in_sync"] else "[red]NO[/]")
     out_console.print(table)
 
 
