@@ -155,10 +155,16 @@ def plan_apply(table: LinkTable, shaper: str = DEFAULT_SHAPER,
 def execute(plan: ApplyPlan) -> Applied:
     """Install the plan: ports checked first, then offloads off, then the tc trees."""
     previous = load_state()
-    ours = list(previous.table.emulator.port_for(d) for d in DIRECTIONS) if previous else []
-    if previous and previous.table.emulator.netns != plan.tc.netns:
-        ours = []
+    ours: list[str] = []
+    moved = False
+    if previous:
+        emu = previous.table.emulator
+        same_ns = emu.netns == plan.tc.netns
+        ours = [emu.port_for(d) for d in DIRECTIONS] if same_ns else []
+        moved = not same_ns or set(ours) != set(plan.tc.ports)
     tc.check_ports(plan.tc.netns, plan.tc.ports, ours)
+    if moved:
+        clear()  # the earlier apply shaped other ports: take its trees away, not orphan them
     execute_router_part(plan)
     tc.disable_offloads(plan.tc.netns, plan.tc.ports)
     tc.apply(plan.tc.ops, plan.tc.netns, plan.tc.ports)
