@@ -3,8 +3,10 @@
 
 Like the thesis's Tables 4.1/4.2: iperf3 TCP goodput for configured rates, ping
 RTT for configured delays, plus how long one in-place `set` takes (median of
-repeats). Builds its own `les*` namespaces (tests/kernel/lestopo.py), needs root
-and sch_netem, so on our machines it runs in the full-kernel VM:
+repeats), plus the head-of-line measurement for both shapers (link A 1 ms, link B
+200 ms on one port; B saturated by TCP or UDP; A's RTT idle vs loaded). Builds
+its own `les*` namespaces (tests/kernel/lestopo.py), needs root and sch_netem, so
+on our machines it runs in the full-kernel VM:
 
     scripts/kernel-vm .venv/bin/python scripts/bench/linkemu.py --png results/linkemu.png
 
@@ -43,6 +45,13 @@ def links(topo: lestopo.Topology, rate: str, delay: str) -> dict:
             "links": [link("C1"), link("C2")]}
 
 
+def hol_links(topo: lestopo.Topology) -> dict:
+    """Head-of-line set-up: C1 1 ms and C2 200 ms on the same port, 10 Mbit/s each."""
+    doc = links(topo, "10Mbit", "1ms")
+    doc["links"][1]["forward"]["delay"] = "200ms"
+    return doc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1,2,5,10,20,50,100", help="Mbit/s, comma separated")
@@ -51,6 +60,8 @@ def main() -> int:
     parser.add_argument("--pings", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=20, help="timed `set` changes")
     parser.add_argument("--shaper", default=shaping.DEFAULT_SHAPER)
+    parser.add_argument("--hol-repeats", type=int, default=2,
+                        help="head-of-line runs per shaper and load (0: skip)")
     parser.add_argument("--png", default=str(ROOT / "results" / "linkemu-bench.png"))
     args = parser.parse_args()
 
@@ -89,6 +100,18 @@ def main() -> int:
         out["set_seconds"] = {"median": round(statistics.median(timings), 4),
                               "min": round(min(timings), 4), "max": round(max(timings), 4),
                               "repeats": len(timings)}
+        out["head_of_line"] = []
+        for shaper in ("htb", "hfsc"):
+            for load in ("tcp", "udp"):
+                for _ in range(args.hol_repeats):
+                    table = linksfile.parse(hol_links(topo))
+                    shaping.execute(shaping.plan_apply(table, shaper, qdiscs))
+                    idle, loaded = lestopo.head_of_line(topo, load)
+                    row = {"shaper": shaper, "load": load, **lestopo.hol_summary(idle, loaded)}
+                    row["passes"] = bool(loaded.rtts_ms) and (
+                        row["loaded_median_ms"] - row["idle_median_ms"] <= 2.0)
+                    out["head_of_line"].append(row)
+                    print(json.dumps(row), file=sys.stderr)
     finally:
         shaping.clear()
         lestopo.destroy()

@@ -112,6 +112,17 @@ def popen_in(ns: str, *cmd: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def wait_listening(ns: str, port: int, timeout: float = 20.0) -> None:
+    """Until a TCP socket listens on ``port`` in ``ns`` (iperf3 -s starts slowly in the VM)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done = run_in(ns, "ss", "-Hltn", f"sport = :{port}")
+        if done.stdout.strip():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on port {port} in {ns}")
+
+
 @dataclass(frozen=True)
 class PingResult:
     sent: int
@@ -146,13 +157,17 @@ def iperf3(client: str, topo: Topology, *, seconds: int = 5, udp_rate: str | Non
     """Goodput (bit/s) of one transfer client -> server, iperf3 run between our namespaces."""
     server = popen_in(SERVER[0], "iperf3", "-s", "-1", "-p", str(port), "-B", topo.server_ip)
     try:
-        time.sleep(0.5)
+        wait_listening(SERVER[0], port)
         args = ["iperf3", "-c", topo.server_ip, "-p", str(port), "-t", str(seconds), "-J",
                 "-B", topo.client_ip(client)]
         if udp_rate:
             args += ["-u", "-b", udp_rate]
-        done = run_in(topo.client_ns(client), *args, timeout=seconds * 10 + 60)
-        data = json.loads(done.stdout)
+        for _attempt in range(20):  # the server may take a while to listen in a slow VM
+            done = run_in(topo.client_ns(client), *args, timeout=seconds * 10 + 60)
+            data = json.loads(done.stdout)
+            if "Connection refused" not in data.get("error", ""):
+                break
+            time.sleep(0.5)
         if "error" in data:
             raise RuntimeError(data["error"])
         end = data["end"]
@@ -164,3 +179,39 @@ def iperf3(client: str, topo: Topology, *, seconds: int = 5, udp_rate: str | Non
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def p90(values: list[float]) -> float:
+    return sorted(values)[int(0.9 * (len(values) - 1))]
+
+
+def head_of_line(topo: Topology, load: str, *, port: int = 5202) -> tuple[PingResult, PingResult]:
+    """Ping C1 -> server idle, then while C2 saturates its link (TCP, or UDP at 20 Mbit/s).
+
+    Expects links already applied (C1 short delay, C2 long delay, same port).
+    """
+    idle = ping(topo.client_ns("C1"), topo.server_ip, count=30, interval=0.05)
+    flood = popen_in(SERVER[0], "iperf3", "-s", "-1", "-p", str(port), "-B", topo.server_ip)
+    try:
+        wait_listening(SERVER[0], port)
+        udp = ["-u", "-b", "20M"] if load == "udp" else []
+        sender = popen_in(topo.client_ns("C2"), "iperf3", "-c", topo.server_ip, "-p", str(port),
+                          *udp, "-t", "8", "-B", topo.client_ip("C2"))
+        time.sleep(3.0)
+        loaded = ping(topo.client_ns("C1"), topo.server_ip, count=60, interval=0.05, wait=3)
+        sender.wait(timeout=120)
+    finally:
+        try:
+            flood.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # its control connection may sit behind C2's queue
+            flood.kill()
+            flood.wait()
+    return idle, loaded
+
+
+def hol_summary(idle: PingResult, loaded: PingResult) -> dict:
+    rtts = loaded.rtts_ms
+    return {"idle_median_ms": idle.median_ms, "idle_p90_ms": p90(idle.rtts_ms),
+            "loaded_median_ms": loaded.median_ms if rtts else None,
+            "loaded_p90_ms": p90(rtts) if rtts else None,
+            "loaded_max_ms": max(rtts) if rtts else None, "loaded_loss_pct": loaded.loss_pct}
