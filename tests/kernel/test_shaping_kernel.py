@@ -22,10 +22,11 @@ from linkemu.model import Emulator
 
 RATE_TOLERANCE = 0.10
 """iperf3 TCP goodput within 10 % of the configured rate (TCP/IP headers are ~4 %)."""
-DELAY_TOLERANCE_MS = {"htb": 1.5, "hfsc": 1.0}
-"""Median ping RTT rise vs configured one-way delay, in the VM (software emulation).
-HTB measured +0.6..+1.1 ms over 5/20/50 ms; HFSC's allowance is 1 ms plus 10 % of
-the delay, because HFSC over a netem leaf overshot by ~9 % (5.5/21.9/54.4 ms)."""
+MIN_RISE_TOLERANCE_MS = 1.0
+"""Rise of the minimum RTT (the delay floor netem sets; scheduling noise only adds)."""
+MEDIAN_RISE_TOLERANCE_MS = 2.5
+"""Rise of the median RTT, in the software-emulated VM on a shared, loaded host: measured
++0.2..+1.5 ms for 5/20/50 ms with HTB, once +4.4 ms at 50 ms with HFSC."""
 
 
 def record(name: str, **values: object) -> None:
@@ -74,16 +75,19 @@ def apply_doc(doc: dict, shaper: str) -> None:
 @pytest.mark.parametrize("shaper", ["htb", "hfsc"])
 def test_delay_raises_rtt_by_configured_amount(topo, shaper):
     apply_doc(links_doc(topo, {"rate": "100Mbit"}, {"rate": "100Mbit"}), shaper)
-    base = lestopo.ping("les-c1", topo.server_ip, count=20, interval=0.05).median_ms
-    seen = {}
+    base = lestopo.ping("les-c1", topo.server_ip, count=20, interval=0.05)
+    rises = {}
     for delay_ms in (5, 20, 50):
         shaping.set_link("R1-C1", "forward", {"delay_us": delay_ms * 1000})
-        rtt = lestopo.ping("les-c1", topo.server_ip, count=20, interval=0.05).median_ms
-        seen[delay_ms] = round(rtt - base, 3)
-    record("delay", shaper=shaper, base_ms=base, rise_ms=seen)
-    for delay_ms, rise in seen.items():
-        allowed = DELAY_TOLERANCE_MS[shaper] + (0.1 * delay_ms if shaper == "hfsc" else 0)
-        assert abs(rise - delay_ms) <= allowed, (shaper, base, seen)
+        rtt = lestopo.ping("les-c1", topo.server_ip, count=20, interval=0.05)
+        rises[delay_ms] = (round(min(rtt.rtts_ms) - min(base.rtts_ms), 3),
+                           round(rtt.median_ms - base.median_ms, 3))
+    record("delay", shaper=shaper, base_min_ms=min(base.rtts_ms), base_median_ms=base.median_ms,
+           rise_min_ms={k: v[0] for k, v in rises.items()},
+           rise_median_ms={k: v[1] for k, v in rises.items()})
+    for delay_ms, (min_rise, median_rise) in rises.items():
+        assert abs(min_rise - delay_ms) <= MIN_RISE_TOLERANCE_MS, (shaper, rises)
+        assert abs(median_rise - delay_ms) <= MEDIAN_RISE_TOLERANCE_MS, (shaper, rises)
 
 
 @pytest.mark.kernel
