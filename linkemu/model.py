@@ -69,7 +69,10 @@ class Emulator:
     Forward shaping sits on ``server_port`` egress, backward on ``client_port`` egress.
     The defaults are the names `linkemu testbed up` creates. ``client_side`` and
     ``server_side`` give the router's addressing; None lets the router plan construct
-    it from the links' addresses (the thesis's "IP address constructor").
+    it from the links' addresses (the thesis's "IP address constructor"). ``netns``
+    names the network namespace holding the two ports (None: the host's own
+    namespace), so an emulator can live inside a namespace, as the shaping kernel
+    tests build it.
     """
 
     bridge: str = "le-br"
@@ -77,6 +80,7 @@ class Emulator:
     server_port: str = "le-srv"
     client_side: RouterSide | None = None
     server_side: RouterSide | None = None
+    netns: str | None = None
 
     def port_for(self, direction: str) -> str:
         return self.server_port if direction == FORWARD else self.client_port

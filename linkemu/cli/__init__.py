@@ -18,10 +18,11 @@ def main() -> None:
 
 def _register() -> None:
     # Each command module adds its commands here: from linkemu.cli import x; x.register(main)
-    from linkemu.cli import router, testbed
+    from linkemu.cli import router, shaping, testbed
 
     router.register(main)
     testbed.register(main)
+    shaping.register(main)
 
 
 _register()

@@ -1,0 +1,332 @@
+"""The tc adapter: executes tc plans over netlink (pyroute2), reads the kernel's tc state back.
+
+Thin on purpose: it knows pyroute2's call shapes and the kernel's answers, not
+links. It only ever touches the root qdisc with linkemu's handle (1:) on the ports
+it is given; a port whose root qdisc is someone else's is refused, not replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from ipaddress import IPv4Address
+from typing import Any
+
+from pyroute2 import IPRoute, NetlinkError
+from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
+
+from linkemu.tcplan import ROOT_HANDLE, TcOp
+from nestednet.errors import EnvironmentProblem
+
+OUR_ROOT = 0x10000
+DEFAULT_ROOT_KINDS = ("noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo")
+"""What a port's root looks like when nobody configured it (handle 0:, kernel default)."""
+NETNS_DIR = "/var/run/netns"
+OFFLOADS = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-generic-segmentation",
+            "rx-gro")
+"""TSO/GSO/GRO turned off: shapers and netem would otherwise see 64 KB super-packets."""
+
+
+def handle_int(handle: str | int) -> int:
+    if isinstance(handle, int):
+        return handle
+    major, minor = (int(x or "0", 16) for x in handle.split(":"))
+    return (major << 16) | minor
+
+
+def handle_str(value: int) -> str:
+    return f"{value >> 16:x}:{value & 0xFFFF:x}"
+
+
+@contextlib.contextmanager
+def rtnl(netns: str | None) -> Iterator[IPRoute]:
+    """An rtnetlink socket in ``netns`` (None: ours); never creates the namespace."""
+    if netns is not None and not os.path.exists(os.path.join(NETNS_DIR, netns)):
+        raise EnvironmentProblem(f"network namespace {netns} does not exist",
+                                 hint="start the emulator (e.g. `linkemu testbed up`) first")
+    ipr = IPRoute(netns=netns) if netns else IPRoute()
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def port_index(ipr: IPRoute, port: str) -> int:
+    found = ipr.link_lookup(ifname=port)
+    if not found:
+        raise EnvironmentProblem(f"emulator port {port} does not exist",
+                                 hint="check the links file's emulator section, or bring the "
+                                 "emulator up (`linkemu testbed up`)")
+    return found[0]
+
+
+def root_qdisc(ipr: IPRoute, index: int) -> tuple[str, int]:
+    """(kind, handle) of the port's root qdisc."""
+    for msg in ipr.get_qdiscs(index):
+        if msg["parent"] == 0xFFFFFFFF:
+            return msg.get_attr("TCA_KIND"), msg["handle"]
+    return "noqueue", 0
+
+
+def _kwargs(op: TcOp) -> dict[str, Any]:
+    params = dict(op.params)
+    for key in ("parent", "target"):
+        if key in params:
+            params[key] = handle_int(params[key])
+    return params
+
+
+def _run(ipr: IPRoute, index: int, op: TcOp) -> None:
+    try:
+        ipr.tc(op.command, op.kind, index=index, handle=handle_int(op.handle), **_kwargs(op))
+    except NetlinkError as exc:
+        raise EnvironmentProblem(
+            f"tc {op.command} {op.kind} {op.handle} on {op.port} failed: "
+            f"{os.strerror(exc.code)} ({op.what})") from exc
+
+
+def check_ports(netns: str | None, ports: Sequence[str], ours: Sequence[str]) -> dict[str, str]:
+    """Root qdisc kind per port; refuse ports whose root belongs to someone else.
+
+    ``ours`` lists ports where the state file says linkemu's tree is installed.
+    """
+    found = {}
+    with rtnl(netns) as ipr:
+        for port in ports:
+            kind, handle = root_qdisc(ipr, port_index(ipr, port))
+            if handle != 0 and not (handle == OUR_ROOT and port in ours):
+                raise EnvironmentProblem(
+                    f"{port} already has a root qdisc {kind} {handle_str(handle)} that "
+                    "linkemu did not make; not replacing it",
+                    hint=f"remove it first if it is stale (tc qdisc del dev {port} root)")
+            found[port] = kind
+    return found
+
+
+def apply(ops: Sequence[TcOp], netns: str | None, ports: Sequence[str]) -> None:
+    """Build the trees in ``ops`` on ``ports``; on any failure remove them again.
+
+    Any earlier linkemu tree on these ports is removed first (check_ports has made
+    sure it is ours), so `apply` twice gives the second file's tree.
+    """
+    with rtnl(netns) as ipr:
+        indexes = {port: port_index(ipr, port) for port in ports}
+        for port in ports:
+            _delete_root(ipr, indexes[port])
+        try:
+            for op in ops:
+                _run(ipr, indexes[op.port], op)
+        except BaseException:
+            for port in ports:
+                _delete_root(ipr, indexes[port])
+            raise
+
+
+def change(ops: Sequence[TcOp], netns: str | None) -> None:
+    """Execute in-place changes (`change`/`change-class`) on existing objects."""
+    with rtnl(netns) as ipr:
+        for op in ops:
+            _run(ipr, port_index(ipr, op.port), op)
+
+
+def _delete_root(ipr: IPRoute, index: int) -> bool:
+    kind, handle = root_qdisc(ipr, index)
+    if handle != OUR_ROOT or kind not in ("hfsc", "htb"):
+        return False
+    try:
+        ipr.tc("del", index=index, handle=OUR_ROOT, root=True)
+    except NetlinkError as exc:
+        if exc.code != 2:
+            raise
+    return True
+
+
+def remove(netns: str | None, ports: Sequence[str]) -> list[str]:
+    """Delete linkemu's root qdisc (and with it its classes, netems, filters) per port.
+
+    Returns the ports that had one. Ports that vanished are skipped: nothing to undo.
+    """
+    cleared = []
+    with rtnl(netns) as ipr:
+        for port in ports:
+            found = ipr.link_lookup(ifname=port)
+            if found and _delete_root(ipr, found[0]):
+                cleared.append(port)
+    return cleared
+
+
+def disable_offloads(netns: str | None, ports: Sequence[str]) -> dict[str, list[str]]:
+    """Turn TSO/GSO/GRO off on ``ports`` (pyroute2's ethtool ioctl, in the port's netns).
+
+    Returns the features that were switched off per port.
+    """
+    from pyroute2 import netns as pyroute2_netns
+    from pyroute2.ethtool import Ethtool
+
+    changed: dict[str, list[str]] = {}
+    if netns is not None:
+        pyroute2_netns.pushns(netns)
+    try:
+        ethtool = Ethtool()
+    finally:
+        if netns is not None:
+            pyroute2_netns.popns()
+    try:
+        for port in ports:
+            features = ethtool.get_features(port)
+            turned = []
+            for name in OFFLOADS:
+                feature = features.features.get(name)
+                if feature is not None and feature.enable and feature.available:
+                    feature.enable = False
+                    turned.append(name)
+            if turned:
+                ethtool.set_features(port, features)
+            changed[port] = turned
+    except OSError as exc:
+        raise EnvironmentProblem(f"could not turn offloads off on {ports}: {exc}") from exc
+    finally:
+        ethtool.close()
+    return changed
+
+
+def offloads(netns: str | None, port: str) -> dict[str, bool]:
+    from pyroute2 import netns as pyroute2_netns
+    from pyroute2.ethtool import Ethtool
+
+    if netns is not None:
+        pyroute2_netns.pushns(netns)
+    try:
+        ethtool = Ethtool()
+    finally:
+        if netns is not None:
+            pyroute2_netns.popns()
+    try:
+        features = ethtool.get_features(port).features
+        return {name: features[name].enable for name in OFFLOADS if name in features}
+    finally:
+        ethtool.close()
+
+
+# --- reading the kernel's state back ------------------------------------------------
+
+
+def _ticks_to_us(ticks: int) -> int:
+    return round(ticks / tick_in_usec)
+
+
+def _u32_to_pct(value: int) -> float:
+    return round(value * 100 / (2**32 - 1), 4)
+
+
+def _qdisc(msg: Any) -> dict[str, Any]:
+    kind = msg.get_attr("TCA_KIND")
+    out: dict[str, Any] = {"kind": kind, "handle": handle_str(msg["handle"]),
+                           "parent": "root" if msg["parent"] == 0xFFFFFFFF
+                           else handle_str(msg["parent"])}
+    opts = msg.get_attr("TCA_OPTIONS")
+    if kind == "netem" and opts is not None:
+        out.update(delay_us=_ticks_to_us(opts["delay"]), jitter_us=_ticks_to_us(opts["jitter"]),
+                   loss_pct=_u32_to_pct(opts["loss"]), limit=opts["limit"])
+    elif kind in ("hfsc", "htb") and opts is not None:
+        if kind == "hfsc":
+            out["default"] = f"1:{opts['defcls']:x}"
+        else:
+            init = opts.get_attr("TCA_HTB_INIT") or {}
+            out["default"] = f"1:{init.get('defcls', 0):x}"
+    stats = msg.get_attr("TCA_STATS")
+    if stats is not None:
+        out["sent_packets"] = stats.get("packets")
+        out["dropped"] = stats.get("drop")
+    return out
+
+
+def _class(msg: Any) -> dict[str, Any]:
+    kind = msg.get_attr("TCA_KIND")
+    out: dict[str, Any] = {"kind": kind, "classid": handle_str(msg["handle"]),
+                           "parent": "root" if msg["parent"] == 0xFFFFFFFF
+                           else handle_str(msg["parent"])}
+    opts = msg.get_attr("TCA_OPTIONS")
+    if opts is None:
+        return out
+    if kind == "htb":
+        parms = opts.get_attr("TCA_HTB_PARMS") or {}
+        rate = opts.get_attr("TCA_HTB_RATE64") or parms.get("rate", 0)
+        ceil = opts.get_attr("TCA_HTB_CEIL64") or parms.get("ceil", 0)
+        out.update(rate_bps=rate * 8, ceil_bps=ceil * 8)
+    elif kind == "hfsc":
+        for key, name in (("TCA_HFSC_RSC", "rt"), ("TCA_HFSC_FSC", "ls"),
+                          ("TCA_HFSC_USC", "ul")):
+            curve = opts.get_attr(key)
+            if curve is not None:
+                out[f"{name}_bps"] = curve["m2"] * 8
+        out["rate_bps"] = out.get("ul_bps", out.get("rt_bps"))
+    return out
+
+
+def _u32_keys(sel: Any) -> list[dict[str, Any]]:
+    """Decode tc_u32_sel's keys from the raw attribute (pyroute2 mis-decodes them)."""
+    raw = bytes(sel.data[sel.offset + 4: sel.offset + sel.length])
+    nkeys = raw[2]
+    keys = []
+    for i in range(nkeys):
+        mask, val = struct.unpack_from(">II", raw, 16 + 16 * i)
+        (off,) = struct.unpack_from("=i", raw, 16 + 16 * i + 8)
+        keys.append({"value": val, "mask": mask, "offset": off})
+    return keys
+
+
+def _filter(msg: Any) -> dict[str, Any] | None:
+    opts = msg.get_attr("TCA_OPTIONS")
+    if msg.get_attr("TCA_KIND") != "u32" or opts is None:
+        return None
+    classid = opts.get_attr("TCA_U32_CLASSID")
+    sel = opts.get_attr("TCA_U32_SEL")
+    if classid is None or sel is None:
+        return None
+    out: dict[str, Any] = {"kind": "u32", "prio": msg["info"] >> 16,
+                           "handle": f"{msg['handle']:x}", "target": handle_str(classid)}
+    for key in _u32_keys(sel):
+        if key["mask"] == 0xFFFFFFFF and key["offset"] in (12, 16):
+            name = "src" if key["offset"] == 12 else "dst"
+            out[name] = str(IPv4Address(key["value"]))
+    return out
+
+
+def read_port(ipr: IPRoute, port: str) -> dict[str, Any]:
+    found = ipr.link_lookup(ifname=port)
+    if not found:
+        return {"port": port, "exists": False}
+    index = found[0]
+    qdiscs = [_qdisc(m) for m in ipr.get_qdiscs(index)]
+    classes = [_class(m) for m in ipr.get_classes(index)]
+    filters = []
+    root_kind, root_handle = root_qdisc(ipr, index)
+    if root_handle:
+        filters = [f for f in (_filter(m) for m in ipr.get_filters(index, parent=root_handle))
+                   if f]
+    return {"port": port, "exists": True, "root": {"kind": root_kind,
+                                                    "handle": handle_str(root_handle)},
+            "qdiscs": qdiscs, "classes": classes, "filters": filters}
+
+
+def read(netns: str | None, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The kernel's tc objects on ``ports``, decoded to plain values (for `show`)."""
+    with rtnl(netns) as ipr:
+        return {port: read_port(ipr, port) for port in ports}
+
+
+def snapshot(netns: str | None, ports: Sequence[str]) -> dict[str, Any]:
+    """Root qdisc kinds/handles of ``ports``: what tests compare before and after."""
+    with rtnl(netns) as ipr:
+        out = {}
+        for port in ports:
+            found = ipr.link_lookup(ifname=port)
+            out[port] = (root_qdisc(ipr, found[0]) if found else None)
+        return out
+
+
+__all__ = ["ROOT_HANDLE", "apply", "change", "check_ports", "disable_offloads", "read",
+           "remove", "snapshot"]

@@ -1,0 +1,215 @@
+"""The tc plan: which qdiscs, classes and filters shape a LinkTable, as plain data.
+
+Pure: no netlink here. `linkemu apply --dry-run` prints a plan, the tc adapter
+(linkemu/tc.py) executes one, and `set` builds single-class changes from the same
+functions, so what is printed is exactly what is done.
+
+Tree per emulator port (forward links on the server-side port, backward links on
+the client-side port)::
+
+    root qdisc 1:  (hfsc|htb, default class 1:ffff)
+      class 1:1     ceiling, line rate
+        class 1:ffff  default, line rate: unclassified traffic (ARP, other hosts) passes
+        class 1:<10+i> one leaf per link i, at the link's rate
+          qdisc <10+i>:  netem: delay, jitter, loss, limit from the bandwidth-delay product
+    filter u32 on 1:, prio 1: IPv4 source + destination of link i -> 1:<10+i>
+
+Handles depend only on the link's position in the table, so `set` finds a link's
+class and netem again without reading the kernel. Rates are bytes per second
+(pyroute2's integer form; HFSC curves are 32-bit bytes/s), times integer
+microseconds, loss a percentage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from ipaddress import IPv4Address
+from typing import Any
+
+from linkemu.model import DIRECTIONS, FORWARD, Link, LinkTable, Shape
+from linkemu.units import HFSC_MAX_BYTES_PER_S
+
+SHAPERS = ("hfsc", "htb")
+ROOT_HANDLE = "1:0"
+CEILING_CLASS = "1:1"
+DEFAULT_MINOR = 0xFFFF
+DEFAULT_CLASS = "1:ffff"
+FIRST_LEAF = 0x10
+FILTER_PRIO = 1
+ETH_P_IP = 0x0800
+
+LINE_RATE_BPS = 10_000_000_000
+"""Ceiling and default-class rate when links add up to less: a 10 Gbit/s "wire"."""
+MTU_BYTES = 1514
+NETEM_MIN_LIMIT = 1000
+"""netem's own default; below a BDP that needs more we keep it."""
+BDP_HEADROOM = 2.0
+"""The queue also holds the standing backlog TCP builds while the rate is the bottleneck."""
+
+
+@dataclass(frozen=True)
+class TcOp:
+    """One netlink tc request, ready for pyroute2's ``tc(command, kind, index, handle, ...)``."""
+
+    port: str
+    command: str
+    kind: str
+    handle: str
+    params: dict[str, Any] = field(default_factory=dict)
+    what: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TcPlan:
+    """Everything the tc part of `apply` does, in order, and which qdisc kinds it needs."""
+
+    shaper: str
+    netns: str | None
+    ports: tuple[str, ...]
+    ops: tuple[TcOp, ...]
+    requires: tuple[str, ...]
+
+    def for_port(self, port: str) -> list[TcOp]:
+        return [op for op in self.ops if op.port == port]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shaper": self.shaper, "netns": self.netns, "ports": list(self.ports),
+                "requires": list(self.requires), "ops": [op.as_dict() for op in self.ops]}
+
+
+def leaf_class(index: int) -> str:
+    return f"1:{FIRST_LEAF + index:x}"
+
+
+def leaf_qdisc(index: int) -> str:
+    return f"{FIRST_LEAF + index:x}:0"
+
+
+def u32_key(ip: IPv4Address, offset: int) -> str:
+    """A u32 key matching one IPv4 address at ``offset`` (12 source, 16 destination)."""
+    return f"0x{int(ip):08X}/0xffffffff+{offset}"
+
+
+def bytes_per_s(rate_bps: int) -> int:
+    return max(1, rate_bps // 8)
+
+
+def netem_limit(shape: Shape) -> int:
+    """Packets netem may hold: twice the bandwidth-delay product, never below netem's 1000.
+
+    The default 1000 drops at high BDP (1 Gbit/s x 50 ms is ~4100 full frames in
+    flight), which would show up as loss nobody configured.
+    """
+    bdp_bytes = shape.rate_bps / 8 * (shape.delay_us + shape.jitter_us) / 1e6
+    return max(NETEM_MIN_LIMIT, math.ceil(BDP_HEADROOM * bdp_bytes / MTU_BYTES))
+
+
+def netem_params(shape: Shape) -> dict[str, Any]:
+    """The full netem parameter set: pyroute2's change resets whatever is left out."""
+    return {"delay": shape.delay_us, "jitter": shape.jitter_us, "loss": shape.loss_pct,
+            "limit": netem_limit(shape)}
+
+
+def htb_burst(rate_bps: int) -> int:
+    """About 10 ms of traffic, at least two frames: keeps the rate exact with coarse timers."""
+    return max(2 * MTU_BYTES, bytes_per_s(rate_bps) // 100)
+
+
+def class_params(shaper: str, rate_bps: int) -> dict[str, Any]:
+    """Parameters of a class capped at ``rate_bps`` (a leaf, the ceiling or the default)."""
+    rate = bytes_per_s(rate_bps)
+    if shaper == "hfsc":
+        curve = {"m2": min(rate, HFSC_MAX_BYTES_PER_S)}
+        return {"rsc": curve, "fsc": curve, "usc": curve}
+    burst = htb_burst(rate_bps)
+    quantum = min(max(rate // 10, MTU_BYTES), 200_000)
+    return {"rate": rate, "ceil": rate, "burst": burst, "cburst": burst, "quantum": quantum}
+
+
+def _share_params(shaper: str, rate_bps: int) -> dict[str, Any]:
+    """Ceiling/default classes: link-share + upper limit only (no real-time guarantee)."""
+    if shaper == "htb":
+        return class_params(shaper, rate_bps)
+    curve = {"m2": min(bytes_per_s(rate_bps), HFSC_MAX_BYTES_PER_S)}
+    return {"fsc": curve, "usc": curve}
+
+
+def needs_netem(shape: Shape) -> bool:
+    return bool(shape.delay_us or shape.jitter_us or shape.loss_pct)
+
+
+def line_rate(table: LinkTable, direction: str) -> int:
+    total = sum(link.shape(direction).rate_bps for link in table.links)
+    return min(max(LINE_RATE_BPS, total), HFSC_MAX_BYTES_PER_S * 8)
+
+
+def filter_keys(link: Link, direction: str) -> list[str]:
+    """Forward packets go client -> server, backward server -> client."""
+    src, dst = ((link.client_ip, link.server_ip) if direction == FORWARD
+                else (link.server_ip, link.client_ip))
+    return [u32_key(src, 12), u32_key(dst, 16)]
+
+
+def tc_plan(table: LinkTable, shaper: str = "hfsc", *, netem: bool = True) -> TcPlan:
+    """The tc part of `apply` for ``table``.
+
+    ``netem=False`` builds rate-only leaves (the kernel's default pfifo under each
+    class) for a kernel without sch_netem; it is refused when a link needs delay,
+    jitter or loss, because that link would silently lose its properties.
+    """
+    if shaper not in SHAPERS:
+        raise ValueError(f"unknown shaper {shaper!r}")
+    if not netem and any(needs_netem(link.shape(d)) for link in table.links for d in DIRECTIONS):
+        raise ValueError("links with delay, jitter or loss need netem leaves")
+    ops: list[TcOp] = []
+    emu = table.emulator
+    for direction in DIRECTIONS:
+        port = emu.port_for(direction)
+        line = line_rate(table, direction)
+        ops.append(TcOp(port, "add", shaper, ROOT_HANDLE, {"default": DEFAULT_MINOR},
+                        f"{shaper} root, unclassified traffic to {DEFAULT_CLASS}"))
+        ops.append(TcOp(port, "add-class", shaper, CEILING_CLASS,
+                        {"parent": ROOT_HANDLE, **_share_params(shaper, line)},
+                        f"ceiling at line rate {line} bit/s"))
+        ops.append(TcOp(port, "add-class", shaper, DEFAULT_CLASS,
+                        {"parent": CEILING_CLASS, **_share_params(shaper, line)},
+                        "default class at line rate (ARP and unmatched traffic)"))
+        for i, link in enumerate(table.links):
+            shape = link.shape(direction)
+            ops.append(TcOp(port, "add-class", shaper, leaf_class(i),
+                            {"parent": CEILING_CLASS, **class_params(shaper, shape.rate_bps)},
+                            f"{link.name} {direction} rate {shape.rate_bps} bit/s"))
+            if netem:
+                ops.append(TcOp(port, "add", "netem", leaf_qdisc(i),
+                                {"parent": leaf_class(i), **netem_params(shape)},
+                                f"{link.name} {direction} delay/jitter/loss"))
+            ops.append(TcOp(port, "add-filter", "u32", "0:0",
+                            {"parent": ROOT_HANDLE, "prio": FILTER_PRIO, "protocol": ETH_P_IP,
+                             "target": leaf_class(i), "keys": filter_keys(link, direction)},
+                            f"{link.name} {direction}: src+dst IPv4 -> {leaf_class(i)}"))
+    requires = (shaper, "u32") + (("netem",) if netem else ())
+    return TcPlan(shaper=shaper, netns=emu.netns,
+                  ports=tuple(emu.port_for(d) for d in DIRECTIONS), ops=tuple(ops),
+                  requires=requires)
+
+
+def change_ops(table: LinkTable, shaper: str, index: int, direction: str, new: Shape,
+               *, netem: bool = True) -> list[TcOp]:
+    """In-place changes for link ``index`` in ``direction``: class rate and full netem set."""
+    port = table.emulator.port_for(direction)
+    link = table.links[index]
+    old = link.shape(direction)
+    ops = []
+    if new.rate_bps != old.rate_bps:
+        ops.append(TcOp(port, "change-class", shaper, leaf_class(index),
+                        {"parent": CEILING_CLASS, **class_params(shaper, new.rate_bps)},
+                        f"{link.name} {direction} rate {new.rate_bps} bit/s"))
+    if netem and netem_params(new) != netem_params(old):
+        ops.append(TcOp(port, "change", "netem", leaf_qdisc(index),
+                        {"parent": leaf_class(index), **netem_params(new)},
+                        f"{link.name} {direction} delay/jitter/loss"))
+    return ops

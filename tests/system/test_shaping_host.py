@@ -1,0 +1,78 @@
+"""On a kernel without sch_netem / sch_hfsc (this development host): refuse cleanly.
+
+`linkemu apply` must name the missing modules, exit non-zero and leave the ports'
+qdiscs exactly as they were; the HTB path still shapes rate-only links.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from linkemu import linksfile, shaping, tc
+from linkemu.cli import main
+from nestednet import capabilities
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernel"))
+import lestopo  # the shaping tests' own les* topology
+
+
+@pytest.fixture
+def topo(tmp_path, monkeypatch):
+    if capabilities.available_qdiscs()["netem"]:
+        pytest.skip("this kernel has sch_netem: the refusal path cannot be shown here")
+    monkeypatch.setenv(shaping.STATE_DIR_ENV, str(tmp_path / "state"))
+    built = lestopo.build()
+    yield built
+    shaping.clear()
+    lestopo.destroy()
+
+
+def write_links(tmp_path, topo, *, rate_only: bool) -> Path:
+    table = linksfile.load("scenarios/links/thesis-example.json")
+    doc = linksfile.to_native(table)
+    doc["emulator"] = {"bridge": "les-br", "client_port": topo.client_port,
+                       "server_port": topo.server_port, "netns": topo.emu}
+    if rate_only:
+        for link in doc["links"]:
+            for d in ("forward", "backward"):
+                link[d] = {"rate": link[d]["rate"]}
+    path = tmp_path / "links.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.system
+@pytest.mark.parametrize(("shaper", "missing"), [("hfsc", "sch_hfsc, sch_netem"),
+                                                 ("htb", "sch_netem")])
+def test_apply_names_missing_modules_and_changes_nothing(tmp_path, topo, shaper, missing):
+    ports = [topo.client_port, topo.server_port]
+    before = tc.read(topo.emu, ports)
+    result = CliRunner().invoke(main, ["apply", str(write_links(tmp_path, topo, rate_only=False)),
+                                       "--shaper", shaper])
+    assert result.exit_code == 1, result.output
+    assert f"this kernel lacks {missing}" in result.output
+    assert "nothing was applied" in result.output
+    assert tc.read(topo.emu, ports) == before
+    assert shaping.load_state() is None
+
+
+@pytest.mark.system
+def test_htb_shapes_rate_only_links_here(tmp_path, topo):
+    ports = [topo.client_port, topo.server_port]
+    before = tc.snapshot(topo.emu, ports)
+    result = CliRunner().invoke(main, ["apply", str(write_links(tmp_path, topo, rate_only=True)),
+                                       "--shaper", "htb"])
+    assert result.exit_code == 0, result.output
+    shown = CliRunner().invoke(main, ["show", "--json"])
+    rows = json.loads(shown.output)["links"]
+    assert len(rows) == 6 and all(r["in_sync"] for r in rows)
+    assert tc.offloads(topo.emu, topo.server_port)["tx-tcp-segmentation"] is False
+    result = CliRunner().invoke(main, ["set", "R1-C1", "forward", "--delay", "5ms"])
+    assert result.exit_code == 1 and "only --rate can change" in result.output
+    assert CliRunner().invoke(main, ["clear"]).exit_code == 0
+    assert tc.snapshot(topo.emu, ports) == before
