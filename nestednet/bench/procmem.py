@@ -48,17 +48,18 @@ def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
     return out
 
 
-def pss_kb(pid: int) -> int:
-    """PSS of one process in kB (0 when it is gone)."""
+def pss_kb(pid: int, field: str = "Pss") -> int:
+    """PSS of one process in kB (0 when it is gone); ``field`` Pss_Anon or Pss_File for
+    its private-memory or file-backed (binaries, shared between nodes) part."""
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     return 0
 
 
-def pss_mb(procs: list[Proc]) -> float:
-    return round(sum(pss_kb(p.pid) for p in procs) / 1024, 2)
+def pss_mb(procs: list[Proc], field: str = "Pss") -> float:
+    return round(sum(pss_kb(p.pid, field) for p in procs) / 1024, 2)
 
 
 def matching(procs: list[Proc], prefixes: tuple[str, ...]) -> list[Proc]:
