@@ -15,7 +15,7 @@ from nestednet.bench.stats import linear_fit, summary
 
 def params(quick: bool) -> dict:
     if quick:
-        return {"nodes": [2, 4], "iphys": 4, "repeats": 1}
+        return {"nodes": [2, 4, 6], "iphys": 4, "repeats": 1}
     return {"nodes": [6, 12, 16, 24], "iphys": 4, "repeats": 1}
 
 
