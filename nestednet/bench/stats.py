@@ -96,8 +96,14 @@ def parse_ping(text: str) -> dict:
             "mdev_ms": mdev}
 
 
+def window(intervals: Sequence[tuple[float, float, float]], start: float,
+           end: float) -> list[float]:
+    """Throughputs of the intervals lying wholly inside [start, end] (seconds)."""
+    return [bps for s, e, bps in intervals if s >= start - 1e-6 and e <= end + 1e-6]
+
+
 def window_mean(intervals: Sequence[tuple[float, float, float]], start: float,
                 end: float) -> float | None:
-    """Mean throughput of the intervals lying wholly inside [start, end] (seconds)."""
-    inside = [bps for s, e, bps in intervals if s >= start - 1e-6 and e <= end + 1e-6]
+    inside = window(intervals, start, end)
     return statistics.fmean(inside) if inside else None
+

@@ -4,7 +4,8 @@ A one-node lab (GNAB + 2 iPHYs). iPHY1 sends one TCP stream to the GNAB for the
 whole timeline (the baseline transfer); during the stress window a 120-stream
 iperf3 runs on loopback in iPHY2 (nested: a sibling container; flat: a process in
 the same container). T1 = mean throughput before the window, T2 = during it,
-D = (T1 - T2) / T1. Repeated with a per-component CPU quota (create --cpus), which
+D = (T1 - T2) / T1 (also given from window medians, which one stray second on a
+shared machine moves less). Repeated with a per-component CPU quota (create --cpus), which
 in a flat node can only cap the node as a whole.
 """
 
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from statistics import fmean, median
 
 from nestednet.bench import paper, traffic
 from nestednet.bench.common import Bench, LabSpec, in_parallel
-from nestednet.bench.stats import degradation, window_mean
+from nestednet.bench.stats import degradation, window
 from nestednet.model.addressing import plan_from_dict
 
 CPUS = 0.5
@@ -25,7 +27,7 @@ STRESS_PORT = 5301
 
 def params(quick: bool) -> dict:
     if quick:
-        return {"total_s": 12, "stress_start_s": 4, "stress_end_s": 8, "cpus": CPUS,
+        return {"total_s": 15, "stress_start_s": 5, "stress_end_s": 10, "cpus": CPUS,
                 "streams": STRESS_STREAMS}
     return {"total_s": 30, "stress_start_s": 10, "stress_end_s": 20, "cpus": CPUS,
             "streams": STRESS_STREAMS}
@@ -35,21 +37,31 @@ VARIANTS = (("nested", None), ("flat", None), ("nested", CPUS), ("flat", CPUS))
 
 
 def analyse(base: dict, stress_offset: float, stress_s: float) -> dict:
-    """T1/T2/T3 and D from the baseline's 1-s intervals and where the stress fell (pure).
+    """T1/T2 and D from the baseline's 1-s intervals and where the stress fell (pure).
 
-    T1 skips the first second (TCP slow start); T2 takes the intervals wholly inside
-    the stress window; T3 those after it.
+    T1 is the unstressed throughput: the intervals before the window (skipping the
+    first second, TCP slow start) and after it (skipping one second of recovery), so
+    a change in the machine's other load during the run moves it less. T2 takes the
+    intervals wholly inside the window. T0 (before only) and T3 (after only) are kept.
     """
     intervals = base["intervals"]
-    t1 = window_mean(intervals, 1.0, stress_offset)
-    t2 = window_mean(intervals, stress_offset, stress_offset + stress_s)
     end = intervals[-1][1] if intervals else 0.0
-    t3 = window_mean(intervals, stress_offset + stress_s, end)
+    stop = stress_offset + stress_s
+    before = window(intervals, 1.0, stress_offset)
+    after = window(intervals, stop + 1.0, end)
+    during = window(intervals, stress_offset, stop)
+    t1 = fmean(before + after) if before or after else None
+    t2 = fmean(during) if during else None
     d = degradation(t1, t2) if t1 and t2 is not None else None
-    return {"t1_gbps": _g(t1), "t2_gbps": _g(t2), "t3_gbps": _g(t3), "D": d,
+    m1 = median(before + after) if before or after else None
+    m2 = median(during) if during else None
+    d_median = degradation(m1, m2) if m1 and m2 is not None else None
+    return {"t0_gbps": _g(fmean(before)) if before else None, "t1_gbps": _g(t1),
+            "t2_gbps": _g(t2), "t3_gbps": _g(fmean(after)) if after else None,
+            "D": d, "D_median": d_median,
             "series": [[round(s, 3), round(e, 3), round(bps / 1e9, 4)]
                        for s, e, bps in intervals],
-            "stress_window_s": [round(stress_offset, 3), round(stress_offset + stress_s, 3)]}
+            "stress_window_s": [round(stress_offset, 3), round(stop, 3)]}
 
 
 def _g(bps: float | None) -> float | None:
@@ -112,15 +124,18 @@ def markdown(result: dict) -> str:
     lines = ["## Isolation under stress (paper Fig. 3)", "",
              f"Baseline: one TCP stream iPHY1 -> GNAB for {p['total_s']} s; stress: "
              f"{p['streams']}-stream iperf3 on loopback in iPHY2 from t={p['stress_start_s']} "
-             f"to {p['stress_end_s']} s. D = (T1 - T2) / T1.", "",
-             "| design | CPU quota | T1 Gbit/s | T2 Gbit/s | T3 Gbit/s | D | paper D |",
-             "|---|---|---|---|---|---|---|"]
+             f"to {p['stress_end_s']} s. D = (T1 - T2) / T1; T1 = unstressed seconds before "
+             "and after the window (T0 = before only, T3 = after only).", "",
+             "| design | CPU quota | T0 | T1 Gbit/s | T2 Gbit/s | T3 | D | D (medians) | "
+             "paper D |", "|---|---|---|---|---|---|---|---|---|"]
     for v in result["variants"]:
         ref = result["paper"]["D_nested" if v["kind"] == "nested" else "D_flat"] \
             if v["cpus"] is None else None
         quota = f"{v['cpus']}/component" if v["cpus"] else "none"
-        lines.append(f"| {v['kind']} | {quota} | {_f(v['t1_gbps'])} | {_f(v['t2_gbps'])} | "
-                     f"{_f(v['t3_gbps'])} | {_pct(v['D'])} | {_pct(ref)} |")
+        lines.append(f"| {v['kind']} | {quota} | {_f(v.get('t0_gbps'))} | {_f(v['t1_gbps'])} | "
+                     f"{_f(v['t2_gbps'])} | "
+                     f"{_f(v['t3_gbps'])} | {_pct(v['D'])} | {_pct(v.get('D_median'))} | "
+                     f"{_pct(ref)} |")
     lowers = result.get("quota_lowers_D", {})
     lines += ["", "Does the CPU quota lower D? " + ", ".join(
         f"{k}: {'yes' if v else 'no' if v is not None else 'n/a'}" for k, v in lowers.items()),

@@ -4,10 +4,12 @@ numbers that are plausible (not specific values: the machine is shared)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
 
+from nestednet.bench.common import LAB_PREFIX
 from nestednet.bench.stress import VARIANTS
 from nestednet.cli import main as nestednet_main
 from nestednet.lab.record import existing_labs
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.system
 
 
 def test_stress_quick_end_to_end(tmp_path):
-    before = set(existing_labs())
+    ours = f"{LAB_PREFIX}{os.getpid() % 1000}x"  # the names this process's bench gives labs
     result = CliRunner().invoke(nestednet_main, ["bench", "stress", "--quick", "--out",
                                                  str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -34,11 +36,12 @@ def test_stress_quick_end_to_end(tmp_path):
         assert len(v["series"]) >= data["params"]["total_s"] - 1
         start, end = v["stress_window_s"]
         assert 0 < start < end < data["params"]["total_s"] + 2
-        if v["cpus"] is None:
-            # 120 streams on loopback with no quota on a small machine always cost the
-            # baseline something; never more than all of it.
-            assert 0 < v["D"] < 1, v
-        else:
-            assert -1 < v["D"] < 1, v
+        assert v["D"] == pytest.approx((v["t1_gbps"] - v["t2_gbps"]) / v["t1_gbps"])
+        # Plausible, not specific: D is a fraction below 1 (T2 >= 0), and above -1 (the
+        # baseline did not double under stress). D > 0 itself is not asserted: with other
+        # work on a small shared machine, the load outside the lab can change more between
+        # the two windows than the stress does (seen here at load average 20 on 2 cores).
+        assert -1 < v["D"] < 1, v
+        assert -1 < v["D_median"] < 1, v
     assert set(data["quota_lowers_D"]) == {"nested", "flat"}
-    assert set(existing_labs()) == before  # every lab it made is gone
+    assert not [lab for lab in existing_labs() if lab.startswith(ours)]  # all deleted

@@ -66,14 +66,23 @@ def test_window_mean_takes_only_whole_intervals_inside():
 
 def test_stress_analysis_computes_t1_t2_d():
     base = {"intervals": [(0, 1, 1e9), (1, 2, 10e9), (2, 3, 10e9), (3, 4, 3e9), (4, 5, 2e9),
-                          (5, 6, 9e9)]}
+                          (5, 6, 5e9), (6, 7, 10e9), (7, 8, 10e9)]}
     out = stress.analyse(base, stress_offset=3.0, stress_s=2.0)
+    # unstressed: 1-3 before (first second skipped), 6-8 after (one recovery second skipped)
+    assert out["t0_gbps"] == pytest.approx(10.0)
     assert out["t1_gbps"] == pytest.approx(10.0)
     assert out["t2_gbps"] == pytest.approx(2.5)
-    assert out["t3_gbps"] == pytest.approx(9.0)
+    assert out["t3_gbps"] == pytest.approx(10.0)
     assert out["D"] == pytest.approx(0.75)
+    assert out["D_median"] == pytest.approx(0.75)
     assert out["stress_window_s"] == [3.0, 5.0]
-    assert len(out["series"]) == 6
+    assert len(out["series"]) == 8
+
+
+def test_stress_analysis_without_a_window_gives_no_d():
+    out = stress.analyse({"intervals": [(0, 1, 1e9), (1, 2, 1e9)]}, stress_offset=5.0,
+                         stress_s=2.0)
+    assert out["D"] is None and out["t2_gbps"] is None
 
 
 # --- parsers ----------------------------------------------------------------------------
