@@ -28,9 +28,9 @@ STRESS_PORT = 5301
 def params(quick: bool) -> dict:
     if quick:
         return {"total_s": 15, "stress_start_s": 5, "stress_end_s": 10, "cpus": CPUS,
-                "streams": STRESS_STREAMS}
+                "streams": STRESS_STREAMS, "settle_s": 3}
     return {"total_s": 30, "stress_start_s": 10, "stress_end_s": 20, "cpus": CPUS,
-            "streams": STRESS_STREAMS}
+            "streams": STRESS_STREAMS, "settle_s": 5}
 
 
 VARIANTS = (("nested", None), ("flat", None), ("nested", CPUS), ("flat", CPUS))
@@ -75,6 +75,7 @@ def one(bench: Bench, kind: str, cpus: float | None, p: dict) -> dict:
         gnab_ip, iphy1_ip = str(plan.intra_address(0).ip), str(plan.intra_address(1).ip)
         total = p["total_s"]
         stress_s = p["stress_end_s"] - p["stress_start_s"]
+        time.sleep(p["settle_s"])  # let the previous lab's removal and this one's start end
         traffic.start_server(lab, "n1", "gnab", traffic.BASE_PORT, total + 60)
         traffic.start_server(lab, "n1", "iphy2", STRESS_PORT, total + 60, bind="127.0.0.1")
         started = time.monotonic()
