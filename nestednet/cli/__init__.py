@@ -29,9 +29,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from nestednet.cli import demo, doctor, images, links, nodes, run
+    from nestednet.cli import bench, demo, doctor, images, links, nodes, run
 
-    for module in (doctor, images, nodes, links, run, demo):
+    for module in (doctor, images, nodes, links, run, demo, bench):
         module.register(main)
 
 

@@ -31,8 +31,12 @@ def register(group: click.Group) -> None:
 @click.option("--jobs", "-j", type=int, default=None,
               help="Nodes built in parallel (default: 2 x cores, at most 8).")
 @click.option("--timings", is_flag=True, help="Print how long each phase took.")
+@click.option("--flat", is_flag=True,
+              help="Baseline: one plain container per node, its components as processes "
+                   "sharing one network namespace (the Containernet way; see "
+                   "nestednet.lab.flat). Limits then apply to the whole node.")
 def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | None,
-           jobs: int | None, timings: bool) -> None:
+           jobs: int | None, timings: bool, flat: bool) -> None:
     """Create a lab of N nodes, each a GNAB plus M iPHYs.
 
     Every node is a Docker-in-Docker parent `<lab>-n<i>` holding an inner engine
@@ -50,15 +54,19 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     from nestednet.lab import create as lab_create
 
     request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
-                                       memory_mb=memory,
+                                       memory_mb=memory, flat=flat,
                                        jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS)
     lab_create.validate(request)
+    from nestednet.lab import flat as lab_flat
+
+    phases = lab_flat.PHASES if flat else lab_create.PHASES
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as bar:
-        tasks = {phase: bar.add_task(phase, total=nodes) for phase in lab_create.PHASES}
+        tasks = {phase: bar.add_task(phase, total=nodes) for phase in phases}
         meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
-    out_console.print(f"lab {lab}: {nodes} nodes x (gnab + {iphys} iPHYs) created in "
+    out_console.print(f"{'flat ' if flat else ''}lab {lab}: {nodes} nodes x (gnab + {iphys} "
+                      f"iPHYs) created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
                       f"{meta['parent_security']})")
     if timings:

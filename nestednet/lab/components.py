@@ -10,7 +10,7 @@ from pathlib import Path
 from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import UsageError
-from nestednet.lab import wiring
+from nestednet.lab import flat, wiring
 from nestednet.lab.nodes import Lab
 from nestednet.model.addressing import plan_from_dict
 
@@ -24,6 +24,8 @@ Write = Callable[[bytes], None]
 def exec_in(lab: Lab, node: str, component: str, command: list[str],
             out: Write, err: Write) -> int:
     """Run ``command`` in the component, streaming its output; returns its exit code."""
+    if flat.is_flat(lab.meta):
+        return flat.exec_in(lab, node, component, command, out, err)
     number = lab.shape.check_node(node)
     lab.shape.check_component(component)
     if not command:
@@ -63,6 +65,10 @@ def swap(lab: Lab, node: str, component: str, path: Path, *, restart: bool) -> d
     """
     number = lab.shape.check_node(node)
     index = lab.shape.check_component(component)
+    if flat.is_flat(lab.meta):
+        raise UsageError(f"lab {lab.record.lab} is flat: its components are processes in one "
+                         "container, not containers that can be swapped and restarted",
+                         hint="use a nested lab (create without --flat) for swap")
     if not path.exists():
         raise UsageError(f"{path} does not exist")
     data = _archive(path)

@@ -52,6 +52,8 @@ class CreateRequest:
     cpus: float | None = None
     memory_mb: int | None = None
     jobs: int = DEFAULT_JOBS
+    flat: bool = False
+    """Containernet-style baseline: one container per node (nestednet.lab.flat)."""
 
 
 @dataclass
@@ -115,6 +117,10 @@ def _check_free(lab: str, record: LabRecord, client: docker.DockerClient, ovs: O
 
 def create(request: CreateRequest, notify: Notify = lambda phase, node: None) -> dict:
     """Build the lab; returns its summary including per-phase timings."""
+    if request.flat:
+        from nestednet.lab import flat
+
+        return flat.create_flat(request, notify)
     shape, plan = validate(request)
     if os.geteuid() != 0:
         raise EnvironmentProblem("nestednet create needs root (namespaces, veths, OVS)")

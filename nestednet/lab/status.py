@@ -5,6 +5,7 @@ from __future__ import annotations
 import docker.errors
 
 from nestednet.errors import EnvironmentProblem
+from nestednet.lab import flat
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.model import topology as topo
@@ -16,12 +17,12 @@ MB = 1024 * 1024
 def status(lab: Lab) -> dict:
     meta = lab.meta
     plan = plan_from_dict(lab.shape, meta["plan"])
-    nodes = []
-    for number in lab.shape.node_numbers():
-        nodes.append(_node(lab, number, plan))
+    node_of = flat.node_status if flat.is_flat(meta) else _node
+    nodes = [node_of(lab, number, plan) for number in lab.shape.node_numbers()]
     links = LabLinks.of(lab.record)
     return {
         "lab": lab.record.lab,
+        "kind": meta.get("kind", "nested"),
         "nodes": nodes,
         "shape": {"nodes": lab.shape.nodes, "iphys": lab.shape.iphys},
         "datapath": meta["datapath"],

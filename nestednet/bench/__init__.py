@@ -1,0 +1,1 @@
+"""`nestednet bench`: the NestedNet paper's evaluation, nested and flat side by side."""

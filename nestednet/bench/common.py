@@ -1,0 +1,202 @@
+"""What every experiment shares: the machine record, labs, running tools in components,
+and writing results (JSON + PNG + markdown) into the output directory.
+
+Labs made here are named `b<tag><n>` (the bench's name space) and always deleted
+again, also when an experiment fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nestednet import __version__
+from nestednet.errors import EnvironmentProblem
+
+LAB_PREFIX = "b"
+
+
+def machine_info() -> dict:
+    """Cores, memory, kernel, OVS datapath and versions: what makes runs comparable."""
+    from nestednet import capabilities
+    from nestednet.adapters import docker_engine
+    from nestednet.adapters.ovsdb import Ovsdb
+
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    info = {
+        "cores": os.cpu_count(),
+        "memory_mb": int(meminfo["MemTotal"].split()[0]) // 1024,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "nestednet": __version__,
+        "ovs_datapath": capabilities.ovs_datapath(),
+        "cgroup": capabilities.cgroup_version(),
+        "loadavg_at_start": os.getloadavg(),
+    }
+    try:
+        client = docker_engine.connect(timeout=10)
+        info["docker"] = docker_engine.engine_version(client)
+        client.close()
+    except EnvironmentProblem as exc:
+        info["docker"] = f"unreachable: {exc}"
+    try:
+        with Ovsdb() as ovs:
+            info["ovs"] = ovs.ovs_version()
+    except EnvironmentProblem as exc:
+        info["ovs"] = f"unreachable: {exc}"
+    return info
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    kind: str
+    """"nested" or "flat"."""
+    nodes: int
+    iphys: int
+    cpus: float | None = None
+
+    def describe(self) -> str:
+        limit = f", --cpus {self.cpus}" if self.cpus else ""
+        return f"{self.kind} {self.nodes}x{self.iphys}{limit}"
+
+
+@dataclass
+class Bench:
+    """One bench run: where results go, quick or full, the random source, the labs."""
+
+    out: Path
+    quick: bool
+    seed: int = 1
+    log: Callable[[str], None] = lambda message: None
+    labs: dict[LabSpec, object] = field(default_factory=dict)
+    _counter: int = 0
+
+    def __post_init__(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.rng = random.Random(self.seed)
+
+    def _name(self) -> str:
+        self._counter += 1
+        return f"{LAB_PREFIX}{os.getpid() % 1000}x{self._counter}"
+
+    def lab(self, spec: LabSpec):
+        """A lab of ``spec``, made once per run and shared by the experiments needing it."""
+        if spec not in self.labs:
+            self.labs[spec] = self.create(spec)[0]
+        return self.labs[spec]
+
+    def create(self, spec: LabSpec):
+        """A new lab (the caller releases it, or close() does); returns (Lab, create meta)."""
+        from nestednet.lab.create import CreateRequest, create
+        from nestednet.lab.nodes import Lab
+
+        name = self._name()
+        self.log(f"creating {spec.describe()} lab {name}")
+        meta = create(CreateRequest(lab=name, nodes=spec.nodes, iphys=spec.iphys,
+                                    cpus=spec.cpus, flat=spec.kind == "flat"))
+        lab = Lab.open(name)
+        return lab, meta
+
+    def release(self, lab) -> None:
+        from nestednet.lab.teardown import delete_lab
+
+        for spec, cached in list(self.labs.items()):
+            if cached is lab:
+                del self.labs[spec]
+        delete_lab(lab.record)
+
+    def close(self) -> None:
+        for lab in list(self.labs.values()):
+            self.release(lab)
+
+    def write(self, name: str, result: dict, markdown: str,
+              plot: Callable[[dict, Path], None] | None) -> dict:
+        """`<name>.json`, `<name>.png` and `<name>.md` in the output directory."""
+        files = {"json": f"{name}.json", "markdown": f"{name}.md"}
+        if plot is not None:
+            try:
+                plot(result, self.out / f"{name}.png")
+                files["png"] = f"{name}.png"
+            except Exception as exc:  # a plot failure must not lose the measurements
+                result.setdefault("notes", []).append(f"plot failed: {exc}")
+        result["files"] = files
+        (self.out / files["json"]).write_text(json.dumps(result, indent=2, default=str))
+        image = f"\n![{name}]({files['png']})\n" if "png" in files else ""
+        (self.out / files["markdown"]).write_text(markdown + image)
+        return result
+
+
+@contextlib.contextmanager
+def bench_run(out: Path, quick: bool, seed: int = 1,
+              log: Callable[[str], None] = lambda m: None) -> Iterator[Bench]:
+    bench = Bench(out, quick, seed, log)
+    try:
+        yield bench
+    finally:
+        bench.close()
+
+
+def run_in(lab, node: str, component: str, argv: list[str], timeout: float) -> tuple[int, str,
+                                                                                      str]:
+    """Run ``argv`` in a component (nested child or flat process) and collect its output.
+
+    Bounded twice: coreutils `timeout` inside the component and a join here.
+    """
+    from nestednet.lab.components import exec_in
+
+    out: list[bytes] = []
+    err: list[bytes] = []
+    result: dict = {}
+
+    def target() -> None:
+        try:
+            result["code"] = exec_in(lab, node, component,
+                                     ["timeout", str(int(timeout)), *argv], out.append,
+                                     err.append)
+        except Exception as exc:  # surfaced below, in the caller's thread
+            result["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout + 30)
+    if worker.is_alive():
+        raise EnvironmentProblem(f"{node} {component}: {argv[0]} did not return within "
+                                 f"{timeout + 30:.0f} s")
+    if "error" in result:
+        raise result["error"]
+    return (result["code"], b"".join(out).decode(errors="replace"),
+            b"".join(err).decode(errors="replace"))
+
+
+def in_parallel(jobs: list[Callable[[], object]]) -> list[object]:
+    """Run ``jobs`` at the same time (simultaneous connections); results in order."""
+    results: list[object] = [None] * len(jobs)
+    errors: list[BaseException] = []
+
+    def wrap(i: int, job: Callable[[], object]) -> None:
+        try:
+            results[i] = job()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=(i, j), daemon=True)
+               for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")

@@ -1,0 +1,154 @@
+"""Experiment `memory` (paper Table I): what a node costs, part by part.
+
+Per node: the whole node (its container's cgroup, which holds everything inside it),
+each component (a nested child's own cgroup; a flat component's process tree PSS),
+the inner daemons (dockerd/containerd/shims, nested only) and the internal OVS
+(ovsdb-server + ovs-vswitchd in the parent, nested only: a flat node's switch is a
+bridge in the host's OVS). Plus the host's main OVS daemons, which all labs share.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from nestednet.bench import paper, procmem
+from nestednet.bench.common import Bench, LabSpec
+from nestednet.bench.stats import summary
+from nestednet.lab import flat
+from nestednet.lab.nodes import cgroup_memory
+from nestednet.model import topology as topo
+
+MB = 1024 * 1024
+PARTS = ("node_total_mb", "component_mb", "inner_daemon_mb", "internal_ovs_mb")
+ANON = {"inner_daemon_mb": "inner_daemon_anon_mb", "internal_ovs_mb": "internal_ovs_anon_mb"}
+LABELS = {"node_total_mb": "whole node", "component_mb": "per component",
+          "inner_daemon_mb": "inner daemons", "internal_ovs_mb": "internal OVS"}
+
+
+def params(quick: bool) -> dict:
+    return {"nodes": 4, "iphys": 4, "settle_s": 3 if quick else 10}
+
+
+def _mb(memory: dict | None) -> float | None:
+    return round(memory["used"] / MB, 2) if memory else None
+
+
+def nested_node(lab, number: int) -> dict:
+    from nestednet.adapters import netlink
+
+    parent = lab.parent(number)
+    pid = int(parent.attrs["State"]["Pid"])
+    procs = procmem.processes()
+    tree = procmem.descendants(pid, procs)
+    with lab.inner(number) as inner:
+        inner_pids = {c.name: int(c.attrs["State"]["Pid"]) for c in inner.containers.list()}
+    host = netlink.host_pids(pid, list(inner_pids.values()))
+    components = {name: _mb(cgroup_memory(host[p])) for name, p in inner_pids.items()}
+    return {"node": topo.node_name(number), "node_total_mb": _mb(cgroup_memory(pid)),
+            "components": components,
+            **_daemons("inner_daemon", procmem.matching(tree, procmem.INNER_DAEMON)),
+            **_daemons("internal_ovs", procmem.matching(tree, procmem.OVS_DAEMONS))}
+
+
+def _daemons(part: str, procs: list[procmem.Proc]) -> dict:
+    return {f"{part}_mb": procmem.pss_mb(procs),
+            f"{part}_anon_mb": procmem.pss_mb(procs, "Pss_Anon")}
+
+
+def flat_node(lab, number: int) -> dict:
+    container = lab.client.containers.get(topo.parent_container(lab.record.lab, number))
+    pid = int(container.attrs["State"]["Pid"])
+    procs = procmem.processes()
+    components = {name: procmem.pss_mb(procmem.descendants(p, procs))
+                  for name, p in flat.component_pids(pid).items()}
+    return {"node": topo.node_name(number), "node_total_mb": _mb(cgroup_memory(pid)),
+            "components": components, "inner_daemon_mb": 0.0, "inner_daemon_anon_mb": 0.0,
+            "internal_ovs_mb": 0.0, "internal_ovs_anon_mb": 0.0}
+
+
+def condense(nodes: list[dict]) -> dict:
+    """Medians over nodes (and over components for the per-component row)."""
+    out = {}
+    for part in PARTS:
+        if part == "component_mb":
+            values = [v for n in nodes for v in n["components"].values() if v is not None]
+        else:
+            values = [n[part] for n in nodes if n[part] is not None]
+        out[part] = summary(values)
+        if part in ANON:
+            out[ANON[part]] = summary([n[ANON[part]] for n in nodes])
+    return out
+
+
+def run(bench: Bench) -> dict:
+    p = params(bench.quick)
+    result: dict = {"experiment": "memory", "params": p, "paper": paper.PAPER["memory"],
+                    "notes": []}
+    for kind in ("nested", "flat"):
+        lab = bench.lab(LabSpec(kind, p["nodes"], p["iphys"]))
+        time.sleep(p["settle_s"])
+        measure = nested_node if kind == "nested" else flat_node
+        nodes = [measure(lab, n) for n in lab.shape.node_numbers()]
+        result[kind] = {"lab": lab.record.lab, "nodes": nodes, "summary": condense(nodes)}
+    host_ovs = [procmem.Proc(pid, 0, "") for pid in procmem.host_ovs_pids()]
+    result["main_ovs_mb"] = procmem.pss_mb(host_ovs)
+    result["main_ovs_anon_mb"] = procmem.pss_mb(host_ovs, "Pss_Anon")
+    result["notes"].append("main OVS is the host's ovs-vswitchd + ovsdb-server, shared by "
+                           "every lab on the machine (flat nodes' switches live in it too)")
+    result["notes"].append("component: nested = the child's cgroup; flat = PSS of its "
+                           "process tree (no cgroup of its own)")
+    result["notes"].append("whole node = the node container's cgroup minus inactive page "
+                           "cache; daemons = PSS (in brackets its anonymous part: file pages "
+                           "of binaries are shared by all nodes and charged to whichever "
+                           "cgroup read them first, so PSS can exceed the node's cgroup "
+                           "figure)")
+    return result
+
+
+def markdown(result: dict) -> str:
+    lines = ["## Memory per node (paper Table I)", "",
+             f"Lab: {result['params']['nodes']} nodes x (GNAB + {result['params']['iphys']} "
+             f"iPHYs), measured {result['params']['settle_s']} s after creation; medians "
+             "over nodes (components: over all components).", "",
+             "| part | nested MB | flat MB | paper nested MB |", "|---|---|---|---|"]
+    for part in PARTS:
+        nested = result["nested"]["summary"][part]["median"]
+        flat_v = result["flat"]["summary"][part]["median"]
+        ref = paper.fmt(result["paper"]["per_node_mb_nested"]) if part == "node_total_mb" \
+            else "n/t"
+        if part in ANON:
+            nested_s = f"{_f(nested)} ({_f(result['nested']['summary'][ANON[part]]['median'])})"
+            flat_s = f"{_f(flat_v)} ({_f(result['flat']['summary'][ANON[part]]['median'])})"
+        else:
+            nested_s, flat_s = _f(nested), _f(flat_v)
+        lines.append(f"| {LABELS[part]} | {nested_s} | {flat_s} | {ref} |")
+    main = f"{_f(result['main_ovs_mb'])} ({_f(result.get('main_ovs_anon_mb'))})"
+    lines.append(f"| main OVS (host, shared) | {main} | {main} | n/t |")
+    lines += ["", *(f"- {n}" for n in result["notes"]), ""]
+    return "\n".join(lines)
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = list(PARTS)
+    xs = range(len(parts))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for offset, kind in ((-0.2, "nested"), (0.2, "flat")):
+        vals = [result[kind]["summary"][p]["median"] or 0 for p in parts]
+        ax.bar([x + offset for x in xs], vals, width=0.4, label=kind)
+    ax.set_xticks(list(xs), [LABELS[p] for p in parts])
+    ax.set_ylabel("MB (median per node)")
+    ax.set_title(f"Memory per node (main OVS, shared: {result['main_ovs_mb']:.0f} MB)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

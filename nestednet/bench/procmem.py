@@ -1,0 +1,79 @@
+"""Memory of host processes, read from /proc: PSS per process tree.
+
+PSS (proportional set size) splits shared pages between the processes sharing
+them, so summing it over a node's daemons does not count the shared libraries of
+every node in full; cgroup figures (nestednet.lab.nodes.cgroup_memory) give the
+whole-node totals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    comm: str
+
+
+def processes() -> dict[int, Proc]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            found[int(entry)] = Proc(int(entry), ppid, comm)
+    return found
+
+
+def descendants(root: int, procs: dict[int, Proc]) -> list[Proc]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            out.append(procs[pid])
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def pss_kb(pid: int, field: str = "Pss") -> int:
+    """PSS of one process in kB (0 when it is gone); ``field`` Pss_Anon or Pss_File for
+    its private-memory or file-backed (binaries, shared between nodes) part."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    return 0
+
+
+def pss_mb(procs: list[Proc], field: str = "Pss") -> float:
+    return round(sum(pss_kb(p.pid, field) for p in procs) / 1024, 2)
+
+
+def matching(procs: list[Proc], prefixes: tuple[str, ...]) -> list[Proc]:
+    return [p for p in procs if p.comm.startswith(prefixes)]
+
+
+INNER_DAEMON = ("dockerd", "containerd")
+"""The inner engine: dockerd, containerd and containerd-shim* (comm is cut at 15 chars)."""
+OVS_DAEMONS = ("ovs-vswitchd", "ovsdb-server")
+
+
+def host_ovs_pids() -> list[int]:
+    pids = []
+    for name in ("ovs-vswitchd", "ovsdb-server"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int(Path(f"/var/run/openvswitch/{name}.pid").read_text().strip()))
+    return pids

@@ -1,0 +1,94 @@
+"""Experiment `scaling` (paper Fig. 4): intra-node throughput as nodes hold more iPHYs.
+
+For each iPHY count M, a 2-node lab of each design; in node 1 a sample of iPHYs each
+sends one TCP stream to the GNAB, one after the other (the machine has 2 cores: one
+transfer at a time measures what M idle siblings cost, not CPU sharing). Reported:
+median and spread (min, max, stdev) over the sampled iPHYs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nestednet.bench import paper, traffic
+from nestednet.bench.common import Bench, LabSpec
+from nestednet.bench.stats import summary
+from nestednet.model.addressing import plan_from_dict
+
+
+def params(quick: bool) -> dict:
+    if quick:
+        return {"nodes": 2, "iphys": [5, 10], "sample": 3, "seconds": 2}
+    return {"nodes": 2, "iphys": [5, 10, 15, 20, 25], "sample": 8, "seconds": 5}
+
+
+def one(bench: Bench, kind: str, m: int, p: dict) -> dict:
+    lab, meta = bench.create(LabSpec(kind, p["nodes"], m))
+    try:
+        plan = plan_from_dict(lab.shape, lab.meta["plan"])
+        picked = sorted(bench.rng.sample(range(1, m + 1), min(p["sample"], m)))
+        values = []
+        for j in picked:
+            run = traffic.measured_pair(lab, ("n1", f"iphy{j}"), ("n1", "gnab"),
+                                        str(plan.intra_address(0).ip),
+                                        str(plan.intra_address(j).ip), traffic.BASE_PORT,
+                                        p["seconds"])
+            values.append(run["bps"] / 1e9)
+        return {"kind": kind, "iphys": m, "iphys_sampled": picked, "gbps": values,
+                "summary": summary(values), "create_s": meta["create_s"]}
+    finally:
+        bench.release(lab)
+
+
+def run(bench: Bench) -> dict:
+    p = params(bench.quick)
+    result: dict = {"experiment": "scaling", "params": p, "paper": paper.PAPER["scaling"],
+                    "points": [], "notes": []}
+    for m in p["iphys"]:
+        for kind in ("nested", "flat"):
+            bench.log(f"scaling: {kind} 2x{m}")
+            result["points"].append(one(bench, kind, m, p))
+    return result
+
+
+def markdown(result: dict) -> str:
+    p = result["params"]
+    lines = ["## Intra-node throughput vs iPHYs per node (paper Fig. 4)", "",
+             f"{p['nodes']}-node labs; {p['sample']} sampled iPHYs of node 1 each send "
+             f"{p['seconds']} s to the GNAB, one at a time. Gbit/s.", "",
+             "| iPHYs | nested median | nested min-max | flat median | flat min-max |",
+             "|---|---|---|---|---|"]
+    for m in p["iphys"]:
+        row = {pt["kind"]: pt["summary"] for pt in result["points"] if pt["iphys"] == m}
+        n, f = row.get("nested", {}), row.get("flat", {})
+        lines.append(f"| {m} | {_f(n.get('median'))} | {_f(n.get('min'))}-{_f(n.get('max'))} "
+                     f"| {_f(f.get('median'))} | {_f(f.get('min'))}-{_f(f.get('max'))} |")
+    lines += ["", f"Paper: {result['paper']['note']}.", ""]
+    return "\n".join(lines)
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind in ("nested", "flat"):
+        pts = [pt for pt in result["points"] if pt["kind"] == kind]
+        xs = [pt["iphys"] for pt in pts]
+        med = [pt["summary"]["median"] or 0 for pt in pts]
+        lo = [m - (pt["summary"]["min"] or 0) for m, pt in zip(med, pts, strict=True)]
+        hi = [(pt["summary"]["max"] or 0) - m for m, pt in zip(med, pts, strict=True)]
+        ax.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=4, label=kind)
+    ax.set_xlabel("iPHYs per node")
+    ax.set_ylabel("iPHY -> GNAB Gbit/s (median, min-max)")
+    ax.set_title("Intra-node throughput vs node size")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

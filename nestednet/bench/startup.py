@@ -1,0 +1,100 @@
+"""Experiment `startup` (paper Table IV): lab creation time vs node count, both designs.
+
+Each lab is created (timed by create itself, including its per-phase breakdown)
+and deleted again; growth per node is the least-squares slope of time over nodes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nestednet.bench import paper
+from nestednet.bench.common import Bench, LabSpec
+from nestednet.bench.stats import linear_fit, summary
+
+
+def params(quick: bool) -> dict:
+    if quick:
+        return {"nodes": [2, 4, 6], "iphys": 4, "repeats": 1}
+    return {"nodes": [6, 12, 16, 24], "iphys": 4, "repeats": 1}
+
+
+def run(bench: Bench) -> dict:
+    p = params(bench.quick)
+    result: dict = {"experiment": "startup", "params": p, "paper": paper.PAPER["startup"],
+                    "points": [], "notes": []}
+    if not bench.quick:
+        result["notes"].append("one creation per point (the paper's counts); 24 nested nodes "
+                               "take minutes on 2 cores")
+    for n in p["nodes"]:
+        for kind in ("nested", "flat"):
+            times, timings = [], []
+            for _ in range(p["repeats"]):
+                bench.log(f"startup: {kind} {n}x{p['iphys']}")
+                lab, meta = bench.create(LabSpec(kind, n, p["iphys"]))
+                bench.release(lab)
+                times.append(meta["create_s"])
+                timings.append(meta.get("timings", {}))
+            result["points"].append({"kind": kind, "nodes": n, "create_s": times,
+                                     "summary": summary(times), "timings": timings})
+    result["growth_s_per_node"] = {}
+    for kind in ("nested", "flat"):
+        pts = [pt for pt in result["points"] if pt["kind"] == kind]
+        fit = linear_fit([pt["nodes"] for pt in pts], [pt["summary"]["median"] for pt in pts])
+        result["growth_s_per_node"][kind] = fit["slope"]
+        result.setdefault("fits", {})[kind] = fit
+    return result
+
+
+def markdown(result: dict) -> str:
+    p = result["params"]
+    ref = result["paper"]
+    lines = ["## Creation time vs node count (paper Table IV)", "",
+             f"Nodes x (GNAB + {p['iphys']} iPHYs), {p['repeats']} creation(s) per point, "
+             "median seconds.", "",
+             "| nodes | nested s | flat s | nested/flat |", "|---|---|---|---|"]
+    for n in p["nodes"]:
+        row = {pt["kind"]: pt["summary"]["median"] for pt in result["points"]
+               if pt["nodes"] == n}
+        ratio = (row["nested"] / row["flat"]) if row.get("flat") else None
+        lines.append(f"| {n} | {_f(row.get('nested'))} | {_f(row.get('flat'))} | "
+                     f"{_f(ratio)} |")
+    g = result["growth_s_per_node"]
+    lines += ["", f"Growth per node: nested {_f(g.get('nested'))} s, flat "
+              f"{_f(g.get('flat'))} s.",
+              f"Paper ({ref['nodes']} x {ref['iphys']}, 8-core VM): NestedNet "
+              f"{ref['nested_s']:.0f} s, Containernet {ref['flat_s']:.0f} s "
+              f"(ratio {ref['nested_s'] / ref['flat_s']:.1f}).",
+              *(f"- {n}" for n in result["notes"]), ""]
+    return "\n".join(lines)
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind in ("nested", "flat"):
+        pts = [pt for pt in result["points"] if pt["kind"] == kind]
+        xs = [pt["nodes"] for pt in pts]
+        ys = [pt["summary"]["median"] for pt in pts]
+        ax.plot(xs, ys, marker="o", label=kind)
+        fit = result.get("fits", {}).get(kind, {})
+        if fit.get("slope") is not None:
+            ax.plot(xs, [fit["slope"] * x + fit["intercept"] for x in xs], ls="--", lw=0.8)
+    ref = result["paper"]
+    ax.scatter([ref["nodes"]] * 2, [ref["nested_s"], ref["flat_s"]], marker="x", c="k",
+               label="paper (8-core VM)")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("create s")
+    ax.set_title(f"Creation time, nodes x (1 + {result['params']['iphys']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,63 @@
+"""`nestednet bench`: parse, run nestednet.bench, print where the results are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nestednet.cli.output import out_console, print_json, progress
+
+EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "all")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(bench)
+
+
+@click.command()
+@click.argument("experiment", type=click.Choice(EXPERIMENT_NAMES))
+@click.option("--quick", is_flag=True,
+              help="Short transfers, few trials and small labs: the whole suite in minutes.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory (default ./results/<timestamp>).")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seed for the random choice of nodes, links and iPHYs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON too.")
+def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bool) -> None:
+    """Reproduce the NestedNet paper's measurements, nested and flat side by side.
+
+    \b
+    EXPERIMENT is one of:
+      memory   memory per node, part by part (paper Table I)
+      links    intra/inter-node TCP throughput and RTT, 1/2/4 connections (Tables II/III)
+      stress   isolation: D = (T1 - T2) / T1 under a 120-stream stress (Fig. 3)
+      scaling  intra-node throughput as iPHYs per node grow (Fig. 4)
+      startup  creation time vs node count (Table IV)
+      all      every experiment and one report.md
+
+    Each writes NAME.json, NAME.png and NAME.md into --out. Labs are created under
+    names starting with `b` and deleted afterwards. Needs root, like `create`.
+
+    \b
+    Example:
+      nestednet bench all --quick --out results/quick
+    """
+    from nestednet.bench import common, suite
+
+    out = out or Path("results") / common.timestamp()
+    results = suite.run_suite(experiment, out, quick=quick, seed=seed, log=progress)
+    if as_json:
+        print_json(results)
+    failed = [name for name, r in results.items() if "error" in r]
+    for name, result in results.items():
+        if "error" in result:
+            out_console.print(f"{name}: FAILED ({result['error']})")
+        else:
+            out_console.print(f"{name}: {out / result['files']['markdown']} "
+                              f"({result['duration_s']} s)")
+    if len(results) > 1:
+        out_console.print(f"report: {out / 'report.md'}")
+    if failed:
+        sys.exit(1)

@@ -1,0 +1,250 @@
+"""Pure parts of the evaluation harness and of flat labs: statistics, parsers, D,
+report building, and the flat address/name plan."""
+
+from __future__ import annotations
+
+import json
+from ipaddress import IPv4Interface
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nestednet.bench import links, memory, paper, scaling, startup, stats, stress, suite
+from nestednet.cli import main as nestednet_main
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.lab import flat
+from nestednet.model import link_rules
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan
+
+pytestmark = pytest.mark.unit
+
+DATA = Path(__file__).parent / "data"
+
+
+# --- statistics and D -------------------------------------------------------------
+
+
+def test_degradation_is_the_papers_formula():
+    assert stats.degradation(10.0, 2.8) == pytest.approx(0.72)
+    assert stats.degradation(10.0, 10.0) == 0.0
+    assert stats.degradation(10.0, 0.0) == 1.0
+    assert stats.degradation(10.0, 12.0) == pytest.approx(-0.2)  # noise is not hidden
+    with pytest.raises(ValueError):
+        stats.degradation(0.0, 1.0)
+
+
+@given(st.floats(0.001, 1e12), st.floats(0, 1e12))
+def test_degradation_never_exceeds_one_for_nonnegative_t2(t1, t2):
+    assert stats.degradation(t1, t2) <= 1.0
+
+
+def test_summary_median_and_spread():
+    s = stats.summary([5, 1, 3, 2, 4])
+    assert (s["n"], s["median"], s["min"], s["max"]) == (5, 3, 1, 5)
+    assert s["p25"] == 2 and s["p75"] == 4
+    assert stats.summary([])["median"] is None
+    assert stats.summary([7])["stdev"] == 0.0
+
+
+def test_linear_fit_recovers_a_line():
+    fit = stats.linear_fit([2, 4, 6], [5, 9, 13])
+    assert fit["slope"] == pytest.approx(2.0)
+    assert fit["intercept"] == pytest.approx(1.0)
+    assert stats.linear_fit([3], [1])["slope"] is None
+
+
+def test_window_mean_takes_only_whole_intervals_inside():
+    series = [(0, 1, 10.0), (1, 2, 10.0), (2, 3, 2.0), (3, 4, 4.0), (4, 5, 10.0)]
+    assert stats.window_mean(series, 2.0, 4.0) == pytest.approx(3.0)
+    assert stats.window_mean(series, 1.5, 4.5) == pytest.approx(3.0)
+    assert stats.window_mean(series, 7, 9) is None
+
+
+def test_stress_analysis_computes_t1_t2_d():
+    base = {"intervals": [(0, 1, 1e9), (1, 2, 10e9), (2, 3, 10e9), (3, 4, 3e9), (4, 5, 2e9),
+                          (5, 6, 5e9), (6, 7, 10e9), (7, 8, 10e9)]}
+    out = stress.analyse(base, stress_offset=3.0, stress_s=2.0)
+    # unstressed: 1-3 before (first second skipped), 6-8 after (one recovery second skipped)
+    assert out["t0_gbps"] == pytest.approx(10.0)
+    assert out["t1_gbps"] == pytest.approx(10.0)
+    assert out["t2_gbps"] == pytest.approx(2.5)
+    assert out["t3_gbps"] == pytest.approx(10.0)
+    assert out["D"] == pytest.approx(0.75)
+    assert out["D_median"] == pytest.approx(0.75)
+    assert out["stress_window_s"] == [3.0, 5.0]
+    assert len(out["series"]) == 8
+
+
+def test_stress_analysis_without_a_window_gives_no_d():
+    out = stress.analyse({"intervals": [(0, 1, 1e9), (1, 2, 1e9)]}, stress_offset=5.0,
+                         stress_s=2.0)
+    assert out["D"] is None and out["t2_gbps"] is None
+
+
+# --- parsers ----------------------------------------------------------------------------
+
+
+def test_parse_iperf_real_output():
+    parsed = stats.parse_iperf((DATA / "iperf3-loopback-2s.json").read_text())
+    assert parsed["bps"] > 0
+    assert parsed["start"] > 1.6e9
+    assert len(parsed["intervals"]) >= 2
+    assert all(e > s for s, e, _ in parsed["intervals"])
+
+
+def test_parse_iperf_error_and_garbage():
+    with pytest.raises(EnvironmentProblem, match="refused"):
+        stats.parse_iperf(json.dumps({"start": {}, "intervals": [], "end": {},
+                                      "error": "unable to connect: Connection refused"}))
+    with pytest.raises(EnvironmentProblem, match="no JSON"):
+        stats.parse_iperf("iperf3: error")
+
+
+def test_parse_ping_with_and_without_replies():
+    ok = stats.parse_ping((DATA / "ping.txt").read_text())
+    assert (ok["sent"], ok["received"]) == (3, 3)
+    assert ok["avg_ms"] == pytest.approx(0.038)
+    lost = stats.parse_ping("--- 192.168.2.9 ping statistics ---\n"
+                            "5 packets transmitted, 0 received, 100% packet loss, time 812ms\n")
+    assert lost["received"] == 0 and lost["avg_ms"] is None
+    with pytest.raises(EnvironmentProblem):
+        stats.parse_ping("ping: connect: Network is unreachable")
+
+
+# --- flat labs: names and address plan ----------------------------------------------------
+
+
+def test_flat_node_plan_matches_the_nested_address_plan():
+    shape = topo.Shape(3, 4)
+    plan = AddressPlan.for_shape(shape)
+    seen_ports, seen_inter = set(), set()
+    for node in shape.node_numbers():
+        rows = flat.node_plan(plan, node)
+        names = [r["ifname"] for r in rows]
+        assert len(names) == len(set(names))
+        assert all(len(n) <= topo.IFNAME_MAX for n in names)
+        by = {(r["component"], r["net"]): r for r in rows}
+        assert by[("gnab", "intra")]["address"] == "192.168.0.1/24"
+        assert by[("gnab", "control")]["address"] == str(plan.control_address(node))
+        for j in range(1, 5):
+            assert by[(f"iphy{j}", "intra")]["address"] == f"192.168.0.{10 + j}/24"
+            inter = by[(f"iphy{j}", "inter")]
+            assert inter["address"] == str(plan.inter_address(node, j))
+            assert inter["ofport"] == plan.port_number(node, j)
+            assert inter["table"] == flat.route_table(j)
+            seen_ports.add(inter["ofport"])
+            seen_inter.add(IPv4Interface(inter["address"]).ip)
+    assert len(seen_ports) == len(seen_inter) == 12
+
+
+def test_flat_names_and_limits():
+    assert flat.node_switch("nn", 3) == "nn-s3"
+    assert len(flat.node_switch("abcdefgh", 999)) <= topo.IFNAME_MAX
+    with pytest.raises(UsageError, match="longer"):
+        flat.node_switch("abcdefgh", 123456)
+    assert flat.inter_if(99) == "iphy99-inter" and len(flat.inter_if(99)) <= topo.IFNAME_MAX
+    assert flat.container_limits(0.5, 64, iphys=4, cores=8) == (int(2.5e9), "320m")
+    assert flat.container_limits(1.0, None, iphys=4, cores=2) == (int(2e9), None)
+    assert flat.container_limits(None, None, iphys=4, cores=2) == (None, None)
+
+
+def test_flat_component_env_names_the_component_and_its_addresses():
+    plan = AddressPlan.for_shape(topo.Shape(2, 2))
+    env = flat.component_env(plan, "bf", 2, 1)
+    assert env["NESTEDNET_COMPONENT"] == "iphy1"
+    assert env["NESTEDNET_INTRA"] == "192.168.0.11"
+    assert env["NESTEDNET_INTER"] == str(plan.inter_address(2, 1).ip)
+    assert "NESTEDNET_INTER" not in flat.component_env(plan, "bf", 2, 0)
+    assert flat.is_flat({"kind": "flat"}) and not flat.is_flat({})
+
+
+# --- links mesh ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes,iphys", [(2, 1), (4, 3), (4, 4), (6, 5)])
+def test_mesh_obeys_algorithm_1(nodes, iphys):
+    made: list = []
+    for a, b in links.mesh(nodes, iphys):
+        made.append(link_rules.check_new_link(made, a, b))  # raises on a rule breach
+    assert len(made) == nodes * (nodes - 1) // 2
+
+
+def test_mesh_refuses_too_few_iphys():
+    with pytest.raises(ValueError):
+        links.mesh(4, 2)
+
+
+# --- reports ---------------------------------------------------------------------------------
+
+
+def _summary(v):
+    return stats.summary([v, v * 1.1])
+
+
+def fake_results() -> dict[str, dict]:
+    machine = {"cores": 2, "memory_mb": 1000, "kernel": "k", "ovs_datapath": "netdev",
+               "ovs": "3.1", "docker": "20.10", "cgroup": "v1", "loadavg_at_start": [1, 1, 1]}
+    common = {"machine": machine, "mode": "quick", "duration_s": 1.0, "loadavg_at_end": [1, 1, 1]}
+    mem_nodes = [{"node": "n1", "node_total_mb": 60.0, "components": {"gnab": 0.5},
+                  "inner_daemon_mb": 40.0, "inner_daemon_anon_mb": 30.0,
+                  "internal_ovs_mb": 10.0, "internal_ovs_anon_mb": 8.0}]
+    mem = {"experiment": "memory", "params": memory.params(True), "paper": paper.PAPER["memory"],
+           "notes": [], "main_ovs_mb": 50.0, "main_ovs_anon_mb": 40.0,
+           "nested": {"summary": memory.condense(mem_nodes)},
+           "flat": {"summary": memory.condense(mem_nodes)}, **common,
+           "files": {"json": "memory.json", "png": "memory.png"}}
+    lk = {"experiment": "links", "params": links.params(True), "paper": paper.PAPER["links"],
+          "notes": [], **common, "files": {"json": "links.json"}}
+    for kind, gbps in (("nested", 0.5), ("flat", 20.0)):
+        lk[kind] = {f"{s}_{c}": {"summary": links.condense([
+            {"gbps": [gbps] * c, "rtt_ms": [0.3] * c, "rtt_min_ms": [0.2] * c}])}
+            for s in links.SCOPES for c in links.CONNECTIONS}
+    st_ = {"experiment": "stress", "params": stress.params(True), "paper": paper.PAPER["stress"],
+           "notes": [], **common, "files": {"json": "stress.json"},
+           "quota_lowers_D": {"nested": True, "flat": False},
+           "variants": [{"kind": k, "cpus": c, "t1_gbps": 1.0, "t2_gbps": 0.5, "t3_gbps": 1.0,
+                         "D": 0.5, "series": [[0, 1, 1.0]], "stress_window_s": [4, 8]}
+                        for k, c in stress.VARIANTS]}
+    sc = {"experiment": "scaling", "params": scaling.params(True), "paper": paper.PAPER["scaling"],
+          "notes": [], **common, "files": {"json": "scaling.json"},
+          "points": [{"kind": k, "iphys": m, "summary": _summary(1.0)}
+                     for m in scaling.params(True)["iphys"] for k in ("nested", "flat")]}
+    su = {"experiment": "startup", "params": startup.params(True), "paper": paper.PAPER["startup"],
+          "notes": [], **common, "files": {"json": "startup.json"},
+          "growth_s_per_node": {"nested": 2.0, "flat": 0.5},
+          "points": [{"kind": k, "nodes": n, "summary": _summary(float(n))}
+                     for n in startup.params(True)["nodes"] for k in ("nested", "flat")]}
+    return {"memory": mem, "links": lk, "stress": st_, "scaling": sc, "startup": su}
+
+
+def test_report_has_every_experiment_side_by_side_with_the_paper():
+    results = fake_results()
+    results["scaling"] = {"experiment": "scaling", "error": "EnvironmentProblem: boom"}
+    text = suite.report(results, results["memory"]["machine"], quick=True)
+    for heading in ("Memory per node", "Link throughput", "Isolation under stress",
+                    "Creation time"):
+        assert heading in text
+    assert "## scaling: FAILED" in text and "boom" in text
+    assert "| nested | none |" in text and "72 %" in text and "98 %" in text
+    assert "NestedNet 98 s, Containernet 28 s" in text
+    assert "![memory](memory.png)" in text
+    assert "| intra | 4 | 0.500 | 20.000 |" in text
+
+
+def test_each_markdown_and_plot_builds(tmp_path):
+    for name, result in fake_results().items():
+        module = suite.EXPERIMENTS[name]
+        assert "|" in module.markdown(result)
+        module.plot(result, tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+def test_bench_cli_rejects_unknown_experiment():
+    result = CliRunner().invoke(nestednet_main, ["bench", "bogus"])
+    assert result.exit_code == 2
+    assert "memory" in result.output
+    assert suite.names("all") == list(suite.EXPERIMENTS)
