@@ -288,9 +288,7 @@ class _NodeBuilder:
             child = docker_engine.start_container(
                 inner, images.COMPONENT_IMAGE, name=component,
                 labels=labels(lab, node=topo.node_name(node), component=component),
-                environment={"NESTEDNET_ROLE": "gnab" if index == 0 else "iphy",
-                             "NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
-                             "NESTEDNET_COMPONENT": component},
+                environment=self._environment(node, index),
                 hostname=f"{topo.node_name(node)}-{component}",
                 mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
                 nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
@@ -298,3 +296,16 @@ class _NodeBuilder:
             raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
                                      f"{docker_engine.explain(exc)}") from exc
         return int(child.attrs["State"]["Pid"])
+
+    def _environment(self, node: int, index: int) -> dict[str, str]:
+        """What a component knows about itself; the GNAB also learns where the CA is
+        and its iPHYs' intra-node addresses (the GNAB agent's configuration)."""
+        env = {"NESTEDNET_ROLE": "gnab" if index == 0 else "iphy",
+               "NESTEDNET_LAB": self.request.lab, "NESTEDNET_NODE": topo.node_name(node),
+               "NESTEDNET_COMPONENT": topo.component_name(index)}
+        if index == 0:
+            env["NESTEDNET_CA"] = f"{self.plan.ca_address().ip}:{CA_PORT}"
+            env["NESTEDNET_IPHYS"] = ",".join(
+                f"{topo.component_name(j)}={self.plan.intra_address(j).ip}"
+                for j in range(1, self.shape.iphys + 1))
+        return env
