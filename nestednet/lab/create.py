@@ -25,7 +25,7 @@ from pyroute2 import NetlinkError
 from nestednet import LABEL_PREFIX, capabilities, images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
-from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 from nestednet.lab import node_image, teardown
 from nestednet.lab.record import CONTAINER, NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
@@ -153,8 +153,13 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
             builder = _NodeBuilder(request, shape, plan, record, client, host_ovs, datapath,
                                    security, template, clock, notify)
             builder.build_all()
-        except BaseException:
-            teardown.delete_lab(record, client=client, ovs=host_ovs)
+        except BaseException as exc:
+            try:
+                teardown.delete_lab(record, client=client, ovs=host_ovs)
+            except Exception as undo:  # keep the first error; say what is left
+                if isinstance(exc, NestedNetError):
+                    exc.hint = (f"rolling back failed too ({undo}); "
+                                "`nestednet cleanup` removes what is left")
             raise
         meta["status"] = "complete"
         meta["create_s"] = round(time.monotonic() - started, 3)
