@@ -25,7 +25,7 @@ from pyroute2 import NetlinkError
 from nestednet import LABEL_PREFIX, capabilities, images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
-from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 from nestednet.lab import node_image, teardown
 from nestednet.lab.record import CONTAINER, NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
@@ -159,8 +159,13 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
             builder = _NodeBuilder(request, shape, plan, record, client, host_ovs, datapath,
                                    security, template, clock, notify)
             builder.build_all()
-        except BaseException:
-            teardown.delete_lab(record, client=client, ovs=host_ovs)
+        except BaseException as exc:
+            try:
+                teardown.delete_lab(record, client=client, ovs=host_ovs)
+            except Exception as undo:  # keep the first error; say what is left
+                if isinstance(exc, NestedNetError):
+                    exc.hint = (f"rolling back failed too ({undo}); "
+                                "`nestednet cleanup` removes what is left")
             raise
         meta["status"] = "complete"
         meta["create_s"] = round(time.monotonic() - started, 3)
@@ -290,20 +295,11 @@ class _NodeBuilder:
     def _start_child(self, inner: docker.DockerClient, node: int, index: int) -> int:
         lab, request = self.request.lab, self.request
         component = topo.component_name(index)
-        environment = {"NESTEDNET_ROLE": "gnab" if index == 0 else "iphy",
-                       "NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
-                       "NESTEDNET_COMPONENT": component}
-        if index == 0:
-            # The GNAB agent reaches the CA over the control net and polls its iPHYs.
-            environment["NESTEDNET_CA"] = f"{self.plan.ca_address().ip}:{CA_PORT}"
-            environment["NESTEDNET_IPHYS"] = ",".join(
-                f"{topo.component_name(j)}={self.plan.intra_address(j).ip}"
-                for j in range(1, self.shape.iphys + 1))
         try:
             child = docker_engine.start_container(
                 inner, images.COMPONENT_IMAGE, name=component,
                 labels=labels(lab, node=topo.node_name(node), component=component),
-                environment=environment,
+                environment=self._environment(node, index),
                 hostname=f"{topo.node_name(node)}-{component}",
                 mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
                 nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
@@ -311,3 +307,16 @@ class _NodeBuilder:
             raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
                                      f"{docker_engine.explain(exc)}") from exc
         return int(child.attrs["State"]["Pid"])
+
+    def _environment(self, node: int, index: int) -> dict[str, str]:
+        """What a component knows about itself; the GNAB also learns where the CA is
+        and its iPHYs' intra-node addresses (the GNAB agent's configuration)."""
+        env = {"NESTEDNET_ROLE": "gnab" if index == 0 else "iphy",
+               "NESTEDNET_LAB": self.request.lab, "NESTEDNET_NODE": topo.node_name(node),
+               "NESTEDNET_COMPONENT": topo.component_name(index)}
+        if index == 0:
+            env["NESTEDNET_CA"] = f"{self.plan.ca_address().ip}:{CA_PORT}"
+            env["NESTEDNET_IPHYS"] = ",".join(
+                f"{topo.component_name(j)}={self.plan.intra_address(j).ip}"
+                for j in range(1, self.shape.iphys + 1))
+        return env

@@ -353,3 +353,36 @@ def topo_end(node: int, iphy: int):
     from nestednet.model.topology import Endpoint
 
     return Endpoint(node, iphy)
+
+
+@pytest.mark.system
+def test_cleanup_finds_orphans_by_label_and_name_only():
+    """Resources marked as lab t7's with no t7 record go; look-alikes without marks stay."""
+    from pyroute2 import netns
+
+    orphan, lookalike = "t7-n1", f"t7x{uuid.uuid4().hex[:6]}"
+    subprocess.run(["docker", "run", "-d", "--name", orphan, "--network", "none",
+                    "--label", "org.nestednet.lab=t7", "nestednet/component:latest"],
+                   check=True, capture_output=True)
+    subprocess.run(["docker", "run", "-d", "--name", lookalike, "--network", "none",
+                    "nestednet/component:latest"], check=True, capture_output=True)
+    subprocess.run(["ovs-vsctl", "add-br", "t7-main", "--", "set", "bridge", "t7-main",
+                    "datapath_type=netdev", "external_ids:org.nestednet.lab=t7"], check=True)
+    subprocess.run(["ovs-vsctl", "add-br", "t7-other", "--", "set", "bridge", "t7-other",
+                    "datapath_type=netdev"], check=True)
+    netns.create("nestednet-t7-ctl")
+    try:
+        dry = json.loads(nn("cleanup", "--dry-run", "--json").stdout)["removed"]
+        assert any("t7-n1" in x for x in dry) and any("t7-main" in x for x in dry)
+        assert any("nestednet-t7-ctl" in x for x in dry)
+        assert not any(lookalike in x or "t7-other" in x for x in dry)
+        assert nn("cleanup").returncode == 0
+        assert sorted(lab_traces("t7")) == ["bridge t7-other", "link t7-other"]
+        assert subprocess.run(["docker", "inspect", lookalike],
+                              capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["docker", "rm", "-f", orphan, lookalike], capture_output=True)
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "t7-main"])
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", "t7-other"])
+        if "nestednet-t7-ctl" in netns.listnetns():
+            netns.remove("nestednet-t7-ctl")
