@@ -8,7 +8,6 @@ and their flows installed as one batch before any LINK_OK goes out: an agent is 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Protocol, TextIO
 
 from nestednet.agent import protocol as p
 from nestednet.ca.server import ControlServer
+from nestednet.model.events import Event
 from nestednet.model.link_table import Link, LinkFail, LinkTable
 
 log = logging.getLogger("nestednet.ca")
@@ -33,6 +33,10 @@ class LinkEnds:
     a_iphy: str
     b: str
     b_iphy: str
+
+    def numbers(self) -> list[int]:
+        """The two iPHYs as numbers, as the events record them."""
+        return [iphy_number(self.a_iphy) or -1, iphy_number(self.b_iphy) or -1]
 
 
 def iphy_name(number: int) -> str:
@@ -57,7 +61,7 @@ class FlowInstaller(Protocol):
 
 
 class EventLog:
-    """Events as JSON lines (nestednet.model.events reads them back)."""
+    """The run's events as JSON lines, in nestednet.model.events' record format."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -69,12 +73,18 @@ class EventLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", buffering=1)
 
-    def write(self, event: str, **fields: object) -> None:
-        self.counts[event] += 1
-        record = {"event": event, "wall_time": round(time.time(), 6), **fields}
+    def write(self, kind: str, *, scenario_time: float, step: int | None = None,
+              nodes: Iterable[str] = (), iphys: Iterable[int] = (),
+              visible: Iterable[tuple[str, str]] = (), reason: str | None = None,
+              latency_ms: float | None = None, **extra: object) -> None:
+        self.counts[kind] += 1
+        record = Event(kind, scenario_time, wall_time=round(time.time(), 6),
+                       step=step if step is not None and step >= 0 else None,
+                       nodes=tuple(nodes), iphys=tuple(iphys), visible=tuple(visible),
+                       reason=reason, latency_ms=latency_ms, extra=extra)
         if self._file is not None:
             with self._lock:
-                self._file.write(json.dumps(record) + "\n")
+                self._file.write(record.to_line() + "\n")
 
     def close(self) -> None:
         if self._file is not None:
@@ -157,6 +167,11 @@ class CommunicationAssistant:
 
     # --- messages --------------------------------------------------------------------
 
+    def _event(self, kind: str, **fields: object) -> None:
+        """Record an event at the current step and scenario time."""
+        self.events.write(kind, step=self.progress.step,
+                          scenario_time=self.progress.scenario_time, **fields)
+
     def _reply(self, conn: int, kind: str, **fields: object) -> None:
         self.server.send(conn, p.encode(kind, **fields))
 
@@ -178,7 +193,7 @@ class CommunicationAssistant:
                  for link in self.table.links_of(node)]
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
                     control_ip=self.control_ips[node], links=links)
-        self.events.write("hello", node=node, iphys=up, reconnect=bool(msg.get("links")))
+        self._event("hello", nodes=[node], ready_iphys=up, reconnect=bool(msg.get("links")))
         if self.progress.step >= 0:
             self._reply(conn, p.VISIBILITY, step=self.progress.step,
                         time=self.progress.scenario_time, peers=self.visible.get(node, []))
@@ -189,19 +204,17 @@ class CommunicationAssistant:
             self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
             return None
         self.progress.requests += 1
-        self.events.write("link_request", step=self.progress.step,
-                          scenario_time=self.progress.scenario_time, nodes=[src, dst],
-                          iphys=[src_iphy, None])
         number = iphy_number(src_iphy)
+        # -1 stands for a name that is no iPHY at all (a mistaken or hostile request).
+        self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number])
         answer = (self.table.request(src, dst, number) if number is not None else None)
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
             self.progress.links_failed += 1
             self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
                         src_iphy=src_iphy, reason=reason)
-            self.events.write("link_fail", step=self.progress.step,
-                              scenario_time=self.progress.scenario_time, nodes=[src, dst],
-                              iphys=[src_iphy, None], reason=reason)
+            self._event("link_fail", nodes=[src, dst], iphys=[-1 if number is None else number],
+                        reason=reason)
             return None
         return conn, msg, ends_of(answer.link)
 
@@ -215,10 +228,8 @@ class CommunicationAssistant:
                 self.table.remove_link(link.a, link.b)
                 self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=link.a,
                             dst_node=link.b, src_iphy=link.a_iphy, reason="flow_install_failed")
-                self.events.write("link_fail", step=self.progress.step,
-                                  scenario_time=self.progress.scenario_time,
-                                  nodes=[link.a, link.b], iphys=[link.a_iphy, link.b_iphy],
-                                  reason=f"flow_install_failed: {exc}")
+                self._event("link_fail", nodes=[link.a, link.b], iphys=link.numbers(),
+                            reason=f"flow_install_failed: {exc}")
             return
         now = time.monotonic()
         self.progress.last_change = now
@@ -229,10 +240,8 @@ class CommunicationAssistant:
             self._to_node(link.b, p.LINK_UP, peer=link.a, local_iphy=link.b_iphy,
                           peer_iphy=link.a_iphy)
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
-            self.events.write("link_up", step=self.progress.step,
-                              scenario_time=self.progress.scenario_time,
-                              nodes=[link.a, link.b], iphys=[link.a_iphy, link.b_iphy],
-                              latency_ms=round((now - since) * 1000, 3))
+            self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
+                        latency_ms=round((now - since) * 1000, 3))
 
     # --- scenario steps (posted to the server thread by the player) --------------------
 
@@ -243,8 +252,8 @@ class CommunicationAssistant:
         self.progress = StepProgress(step=step, scenario_time=scenario_time, started=now,
                                      last_change=now)
         self._visible_since = {pair: self._visible_since.get(pair, now) for pair in pairs}
-        self.events.write("step", step=step, scenario_time=scenario_time,
-                          visible=sorted(sorted(pair) for pair in pairs))
+        self._event("step", nodes=list(self.node_ids),
+                    visible=sorted(tuple(sorted(pair)) for pair in pairs))
         lost = self.table.set_visibility(tuple(sorted(pair)) for pair in pairs)
         if lost:
             ends = [ends_of(link) for link in lost]
@@ -254,8 +263,8 @@ class CommunicationAssistant:
                 self.progress.links_down += 1
                 self._to_node(link.a, p.LINK_DOWN, peer=link.b, local_iphy=link.a_iphy)
                 self._to_node(link.b, p.LINK_DOWN, peer=link.a, local_iphy=link.b_iphy)
-                self.events.write("link_down", step=step, scenario_time=scenario_time,
-                                  nodes=[link.a, link.b], iphys=[link.a_iphy, link.b_iphy])
+                self._event("link_down", nodes=[link.a, link.b], iphys=link.numbers(),
+                            latency_ms=round((time.monotonic() - now) * 1000, 3))
         self.visible = {node: [] for node in self.node_ids}
         for pair in pairs:
             a, b = sorted(pair)

@@ -206,7 +206,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                              **jobs))
         created = True
     lab = Lab.open(options.lab)
-    events_path = options.events or lab.record.root / "events.jsonl"
+    events_path = options.events or lab.record.path / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
     try:
         with CaSession(scenario, lab, events_path) as ca_session:

@@ -29,9 +29,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from nestednet.cli import bench, demo, doctor, images, links, nodes, run
+    from nestednet.cli import bench, demo, doctor, graph, images, links, nodes, run, visibility
 
-    for module in (doctor, images, nodes, links, run, demo, bench):
+    for module in (doctor, images, nodes, links, run, demo, visibility, graph, bench):
         module.register(main)
 
 

@@ -17,6 +17,7 @@ from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.server import ControlServer, listen
+from nestednet.model.events import read_events
 from nestednet.model.link_table import LinkTable
 
 pytestmark = pytest.mark.unit
@@ -111,6 +112,12 @@ def test_steps_settle_with_invariants(lab):
         assert {frozenset((e.a, e.b)) for e in installer.installed} == linked
         _wait(lambda: _agent_views_match_bool(table, agents), "agents to agree")
         _agent_views_match(table, agents)
+    recorded = read_events(ca.events.path)
+    kinds = {e.event for e in recorded}
+    assert {"step", "link_request", "link_up", "link_down"} <= kinds
+    assert sum(e.event == "step" for e in recorded) == len(steps)
+    ups = [e for e in recorded if e.event == "link_up"]
+    assert all(len(e.iphys) == 2 and min(e.iphys) >= 1 for e in ups)
 
 
 def _agent_views_match_bool(table, agents) -> bool:
