@@ -165,8 +165,10 @@ def plot(result: dict, path: Path) -> None:
         rtt = [result[kind][f"{s}_{c}"]["summary"]["rtt_ms"]["median"] or 0 for s, c in cells]
         top.bar([x + offset for x in xs], thr, width=0.4, label=kind)
         bottom.bar([x + offset for x in xs], rtt, width=0.4, label=kind)
-    top.set_ylabel("Gbit/s per connection")
-    bottom.set_ylabel("RTT ms")
+    top.set_ylabel("Gbit/s per connection (log)")
+    bottom.set_ylabel("RTT ms, avg (log)")
+    top.set_yscale("log")
+    bottom.set_yscale("log")
     bottom.set_xticks(list(xs), [f"{s} x{c}" for s, c in cells])
     top.legend()
     top.set_title("Throughput and RTT, medians")

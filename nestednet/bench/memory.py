@@ -20,9 +20,11 @@ from nestednet.lab.nodes import cgroup_memory
 from nestednet.model import topology as topo
 
 MB = 1024 * 1024
-PARTS = ("node_total_mb", "component_mb", "inner_daemon_mb", "internal_ovs_mb")
-ANON = {"inner_daemon_mb": "inner_daemon_anon_mb", "internal_ovs_mb": "internal_ovs_anon_mb"}
-LABELS = {"node_total_mb": "whole node", "component_mb": "per component",
+PARTS = ("node_total_mb", "gnab_mb", "iphy_mb", "inner_daemon_mb", "internal_ovs_mb")
+ANON = {"node_total_mb": "node_total_anon_mb", "inner_daemon_mb": "inner_daemon_anon_mb",
+        "internal_ovs_mb": "internal_ovs_anon_mb"}
+LABELS = {"node_total_mb": "whole node", "gnab_mb": "GNAB (runs the agent)",
+          "iphy_mb": "iPHY (each)",
           "inner_daemon_mb": "inner daemons", "internal_ovs_mb": "internal OVS"}
 
 
@@ -30,8 +32,8 @@ def params(quick: bool) -> dict:
     return {"nodes": 4, "iphys": 4, "settle_s": 3 if quick else 10}
 
 
-def _mb(memory: dict | None) -> float | None:
-    return round(memory["used"] / MB, 2) if memory else None
+def _mb(memory: dict | None, key: str = "used") -> float | None:
+    return round(memory[key] / MB, 2) if memory else None
 
 
 def nested_node(lab, number: int) -> dict:
@@ -45,8 +47,9 @@ def nested_node(lab, number: int) -> dict:
         inner_pids = {c.name: int(c.attrs["State"]["Pid"]) for c in inner.containers.list()}
     host = netlink.host_pids(pid, list(inner_pids.values()))
     components = {name: _mb(cgroup_memory(host[p])) for name, p in inner_pids.items()}
-    return {"node": topo.node_name(number), "node_total_mb": _mb(cgroup_memory(pid)),
-            "components": components,
+    total = cgroup_memory(pid)
+    return {"node": topo.node_name(number), "node_total_mb": _mb(total),
+            "node_total_anon_mb": _mb(total, "anon"), "components": components,
             **_daemons("inner_daemon", procmem.matching(tree, procmem.INNER_DAEMON)),
             **_daemons("internal_ovs", procmem.matching(tree, procmem.OVS_DAEMONS))}
 
@@ -62,8 +65,10 @@ def flat_node(lab, number: int) -> dict:
     procs = procmem.processes()
     components = {name: procmem.pss_mb(procmem.descendants(p, procs))
                   for name, p in flat.component_pids(pid).items()}
-    return {"node": topo.node_name(number), "node_total_mb": _mb(cgroup_memory(pid)),
-            "components": components, "inner_daemon_mb": 0.0, "inner_daemon_anon_mb": 0.0,
+    total = cgroup_memory(pid)
+    return {"node": topo.node_name(number), "node_total_mb": _mb(total),
+            "node_total_anon_mb": _mb(total, "anon"), "components": components,
+            "inner_daemon_mb": 0.0, "inner_daemon_anon_mb": 0.0,
             "internal_ovs_mb": 0.0, "internal_ovs_anon_mb": 0.0}
 
 
@@ -71,13 +76,15 @@ def condense(nodes: list[dict]) -> dict:
     """Medians over nodes (and over components for the per-component row)."""
     out = {}
     for part in PARTS:
-        if part == "component_mb":
-            values = [v for n in nodes for v in n["components"].values() if v is not None]
+        if part in ("gnab_mb", "iphy_mb"):
+            values = [v for n in nodes for name, v in n["components"].items()
+                      if v is not None and (name == "gnab") == (part == "gnab_mb")]
         else:
             values = [n[part] for n in nodes if n[part] is not None]
         out[part] = summary(values)
         if part in ANON:
-            out[ANON[part]] = summary([n[ANON[part]] for n in nodes])
+            out[ANON[part]] = summary([n[ANON[part]] for n in nodes
+                                       if n.get(ANON[part]) is not None])
     return out
 
 
@@ -99,7 +106,8 @@ def run(bench: Bench) -> dict:
     result["notes"].append("component: nested = the child's cgroup; flat = PSS of its "
                            "process tree (no cgroup of its own)")
     result["notes"].append("whole node = the node container's cgroup minus inactive page "
-                           "cache; daemons = PSS (in brackets its anonymous part: file pages "
+                           "cache (in brackets: its anonymous memory); daemons = PSS (in "
+                           "brackets its anonymous part: file pages "
                            "of binaries are shared by all nodes and charged to whichever "
                            "cgroup read them first, so PSS can exceed the node's cgroup "
                            "figure)")
@@ -110,7 +118,7 @@ def markdown(result: dict) -> str:
     lines = ["## Memory per node (paper Table I)", "",
              f"Lab: {result['params']['nodes']} nodes x (GNAB + {result['params']['iphys']} "
              f"iPHYs), measured {result['params']['settle_s']} s after creation; medians "
-             "over nodes (components: over all components).", "",
+             "over nodes (iPHY: over all iPHYs).", "",
              "| part | nested MB | flat MB | paper nested MB |", "|---|---|---|---|"]
     for part in PARTS:
         nested = result["nested"]["summary"][part]["median"]

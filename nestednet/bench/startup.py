@@ -84,10 +84,11 @@ def plot(result: dict, path: Path) -> None:
         pts = [pt for pt in result["points"] if pt["kind"] == kind]
         xs = [pt["nodes"] for pt in pts]
         ys = [pt["summary"]["median"] for pt in pts]
-        ax.plot(xs, ys, marker="o", label=kind)
+        (line,) = ax.plot(xs, ys, marker="o", label=kind)
         fit = result.get("fits", {}).get(kind, {})
         if fit.get("slope") is not None:
-            ax.plot(xs, [fit["slope"] * x + fit["intercept"] for x in xs], ls="--", lw=0.8)
+            ax.plot(xs, [fit["slope"] * x + fit["intercept"] for x in xs], ls="--", lw=0.8,
+                    color=line.get_color())
     ref = result["paper"]
     ax.scatter([ref["nodes"]] * 2, [ref["nested_s"], ref["flat_s"]], marker="x", c="k",
                label="paper (8-core VM)")

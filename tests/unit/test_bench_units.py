@@ -189,7 +189,8 @@ def fake_results() -> dict[str, dict]:
     machine = {"cores": 2, "memory_mb": 1000, "kernel": "k", "ovs_datapath": "netdev",
                "ovs": "3.1", "docker": "20.10", "cgroup": "v1", "loadavg_at_start": [1, 1, 1]}
     common = {"machine": machine, "mode": "quick", "duration_s": 1.0, "loadavg_at_end": [1, 1, 1]}
-    mem_nodes = [{"node": "n1", "node_total_mb": 60.0, "components": {"gnab": 0.5},
+    mem_nodes = [{"node": "n1", "node_total_mb": 60.0, "node_total_anon_mb": 50.0,
+                  "components": {"gnab": 9.0, "iphy1": 0.5, "iphy2": 0.7},
                   "inner_daemon_mb": 40.0, "inner_daemon_anon_mb": 30.0,
                   "internal_ovs_mb": 10.0, "internal_ovs_anon_mb": 8.0}]
     mem = {"experiment": "memory", "params": memory.params(True), "paper": paper.PAPER["memory"],
@@ -233,6 +234,7 @@ def test_report_has_every_experiment_side_by_side_with_the_paper():
     assert "NestedNet 98 s, Containernet 28 s" in text
     assert "![memory](memory.png)" in text
     assert "| intra | 4 | 0.500 | 20.000 |" in text
+    assert "| GNAB (runs the agent) | 9.0 |" in text and "| iPHY (each) | 0.6 |" in text
 
 
 def test_each_markdown_and_plot_builds(tmp_path):
