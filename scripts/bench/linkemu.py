@@ -126,10 +126,10 @@ def main() -> int:
 
 
 def plot(out: dict, path: Path) -> None:
+    os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="les-mpl-"))
     import matplotlib
 
     matplotlib.use("Agg")
-    os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="les-mpl-"))
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
