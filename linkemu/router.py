@@ -211,8 +211,10 @@ def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEF
             state.ports_at_start = sorted(db.api.list_ports(bridge).execute(check_error=True))
             db.set_controller(bridge, state.controller)
             _save_state(state, directory)
-            _wait(lambda: bool(db.datapath_id(bridge)), process, state, timeout,
-                  f"bridge {bridge} to get a datapath id")
+            _wait(lambda: _bridge_realized(db, bridge), process, state, timeout,
+                  f"bridge {bridge} to get a datapath id",
+                  hint="Open vSwitch may have failed to create the bridge (its log says why; "
+                       "its datapath_type must be one `nestednet doctor` reports)")
             state.dpid = db.datapath_id(bridge)
         _wait(lambda: state.api(timeout=2).connected(state.dpid), process, state, timeout,
               f"bridge {bridge} (datapath {state.dpid}) to join the router")
@@ -227,8 +229,22 @@ def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEF
     return state
 
 
+def _bridge_realized(db: Ovsdb, bridge: str) -> bool:
+    """Whether vswitchd gave ``bridge`` a datapath id; raises when it recorded an error
+    for the bridge's interface (seen: a netdev bridge in the kernel VM). A bridge whose
+    datapath cannot be opened at all records nothing: then only the timeout tells."""
+    if db.datapath_id(bridge):
+        return True
+    error = db.interface_error(bridge)
+    if error:
+        raise EnvironmentProblem(f"Open vSwitch could not create bridge {bridge}: {error}",
+                                 hint="check its datapath_type against `nestednet doctor`'s "
+                                      "datapath line")
+    return False
+
+
 def _wait(ready: object, process: subprocess.Popen, state: RouterState, timeout: float,
-          what: str) -> None:
+          what: str, hint: str = "on a slow machine pass a longer --start-timeout") -> None:
     # process.poll(), not process_alive(): until exec completes, /proc/<pid>/cmdline is
     # still our own command line.
     deadline = time.monotonic() + timeout
@@ -241,7 +257,7 @@ def _wait(ready: object, process: subprocess.Popen, state: RouterState, timeout:
         if time.monotonic() > deadline:
             raise EnvironmentProblem(f"timed out after {timeout:.0f} s waiting for {what}; "
                                      f"router log ({state.log}) ends:\n{_log_tail(state.log)}",
-                                     hint="on a slow machine pass a longer --start-timeout")
+                                     hint=hint)
         time.sleep(0.1)
 
 

@@ -123,12 +123,12 @@ def tc_part(table: LinkTable, shaper: str = DEFAULT_SHAPER,
             why.append("links with delay, jitter or loss need sch_netem")
         if shaper == "hfsc" and "sch_hfsc" in missing:
             why.append("--shaper hfsc needs sch_hfsc")
+        hint = "run on a kernel with these modules (the tests use scripts/kernel-vm)"
+        if "sch_htb" not in missing:
+            hint += "; on this kernel `--shaper htb` works for links with a rate only"
         raise EnvironmentProblem(
             f"this kernel lacks {', '.join(missing)}: nothing was applied"
-            + (f" ({'; '.join(why)})" if why else ""),
-            hint="run on a kernel with these modules (tests: scripts/kernel-vm); on this "
-            "kernel only `--shaper htb` with rate-only links works" if "sch_htb" not in missing
-            else "run on a kernel with these modules (tests: scripts/kernel-vm)")
+            + (f" ({'; '.join(why)})" if why else ""), hint=hint)
     return tcplan.tc_plan(table, shaper, netem=qdiscs.get("netem", False))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
-from linkemu.tcplan import ROOT_HANDLE, TcOp
+from linkemu.tcplan import TcOp
 from nestednet.errors import EnvironmentProblem
 
 OUR_ROOT = 0x10000
@@ -327,6 +327,3 @@ def snapshot(netns: str | None, ports: Sequence[str]) -> dict[str, Any]:
             out[port] = (root_qdisc(ipr, found[0]) if found else None)
         return out
 
-
-__all__ = ["ROOT_HANDLE", "apply", "change", "check_ports", "disable_offloads", "read",
-           "remove", "snapshot"]

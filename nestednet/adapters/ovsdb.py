@@ -169,6 +169,13 @@ class Ovsdb:
             value = value[0] if value else ""
         return str(value or "")
 
+    def interface_error(self, iface: str) -> str:
+        """vswitchd's reason for failing to create ``iface`` ("" when it is fine)."""
+        value = self.api.db_get("Interface", iface, "error").execute(check_error=True)
+        if isinstance(value, list):
+            value = value[0] if value else ""
+        return str(value or "")
+
     def ofport(self, iface: str) -> int:
         value = self.api.db_get("Interface", iface, "ofport").execute(check_error=True)
         if isinstance(value, list):

@@ -51,6 +51,11 @@ def links_doc(topo: lestopo.Topology, c1: dict, c2: dict, c1_back: dict | None =
 
 @pytest.fixture(scope="module")
 def topology():
+    from nestednet import capabilities
+
+    found = capabilities.available_qdiscs()
+    if not (found["netem"] and found["hfsc"]):
+        pytest.skip("needs sch_netem and sch_hfsc: run in the full-kernel VM (scripts/kernel-vm)")
     built = lestopo.build()
     yield built
     lestopo.destroy()

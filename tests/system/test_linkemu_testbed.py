@@ -194,9 +194,12 @@ def test_failed_up_removes_what_it_built(tmp_path: Path) -> None:
 
 @pytest.mark.system
 def test_router_on_someone_elses_bridge_restores_its_settings(tmp_path: Path) -> None:
+    from nestednet import capabilities
+
     bridge = "lerx-ctl"
     with Ovsdb() as db:
-        db.add_bridge(bridge, datapath_type="netdev", external_ids={"owner": "someone"},
+        db.add_bridge(bridge, datapath_type=capabilities.ovs_datapath(),
+                      external_ids={"owner": "someone"},
                       protocols=("OpenFlow10",))
         db.set_controller(bridge, "tcp:127.0.0.1:1", connection_mode="in-band")
     try:
