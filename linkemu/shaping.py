@@ -15,7 +15,7 @@ from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
-from linkemu import linksfile, tc, tcplan, units
+from linkemu import linksfile, router, router_plan, tc, tcplan, units
 from linkemu.model import DIRECTIONS, Link, LinkTable, Shape
 from nestednet import capabilities
 from nestednet.errors import EnvironmentProblem, UsageError
@@ -78,15 +78,15 @@ def require_state() -> Applied:
 
 @dataclass(frozen=True)
 class ApplyPlan:
-    """Both parts of `apply`. ``router`` stays None until the router plan is merged in."""
+    """Both parts of `apply`: the router's addresses/routes (None: no router) and tc."""
 
     table: LinkTable
     tc: tcplan.TcPlan
-    router: Any = None
+    router: router_plan.RouterPlan | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        router = (self.router.as_dict() if hasattr(self.router, "as_dict") else self.router)
-        return {"links": linksfile.to_native(self.table), "router": router,
+        return {"links": linksfile.to_native(self.table),
+                "router": self.router.as_dict() if self.router is not None else None,
                 "tc": self.tc.as_dict()}
 
 
@@ -132,19 +132,30 @@ def tc_part(table: LinkTable, shaper: str = DEFAULT_SHAPER,
     return tcplan.tc_plan(table, shaper, netem=qdiscs.get("netem", False))
 
 
-def router_part(table: LinkTable) -> Any:
-    """HOOK for the router merge: return the router plan (addresses, routes via REST).
+def router_part(table: LinkTable) -> router_plan.RouterPlan | None:
+    """The router part of `apply`: addresses and routes for the REST router.
 
-    Intentionally empty on the `shaping` branch: the router plan lives in
-    linkemu/router_plan.py (router branch). The lead wires it here and in
-    execute_router_part() below; until then `apply` shapes only.
+    An emulator inside a network namespace (``emulator.netns``) is plain ports that
+    tc shapes, with no OVS router in front of it, so it has no router part.
     """
-    return None
+    if table.emulator.netns is not None:
+        return None
+    return router_plan.plan(table)
 
 
-def execute_router_part(plan: ApplyPlan) -> None:
-    """HOOK for the router merge: push ``plan.router`` through the REST router."""
-    return None
+def check_router(plan: ApplyPlan) -> None:
+    """Refuse, before anything changes, when the plan needs a router that is not there."""
+    if plan.router is None:
+        return
+    try:
+        state = router.running_state()
+    except EnvironmentProblem as exc:
+        raise UsageError(f"no router is running for bridge {plan.router.bridge}: the links "
+                         "need one to route clients to the server; nothing was applied",
+                         hint=exc.hint) from exc
+    if state.bridge != plan.router.bridge:
+        raise UsageError(f"the links are for bridge {plan.router.bridge} but the running "
+                         f"router serves {state.bridge}; nothing was applied")
 
 
 def plan_apply(table: LinkTable, shaper: str = DEFAULT_SHAPER,
@@ -153,7 +164,9 @@ def plan_apply(table: LinkTable, shaper: str = DEFAULT_SHAPER,
 
 
 def execute(plan: ApplyPlan) -> Applied:
-    """Install the plan: ports checked first, then offloads off, then the tc trees."""
+    """Install the plan: router and ports checked first, then the router configured
+    (it restores its previous state itself if refused), then offloads off, then tc."""
+    check_router(plan)
     previous = load_state()
     ours: list[str] = []
     moved = False
@@ -165,7 +178,8 @@ def execute(plan: ApplyPlan) -> Applied:
     tc.check_ports(plan.tc.netns, plan.tc.ports, ours)
     if moved:
         clear()  # the earlier apply shaped other ports: take its trees away, not orphan them
-    execute_router_part(plan)
+    if plan.router is not None:
+        router.configure(plan.router)
     tc.disable_offloads(plan.tc.netns, plan.tc.ports)
     tc.apply(plan.tc.ops, plan.tc.netns, plan.tc.ports)
     applied = Applied(table=plan.table, shaper=plan.tc.shaper,

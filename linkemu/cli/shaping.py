@@ -67,8 +67,14 @@ def apply_cmd(file: str, dry_run: bool, shaper: str, as_json: bool) -> None:
         elif missing:
             out_console.print(f"[red]this kernel lacks {', '.join(missing)}: `apply` would "
                               "refuse and change nothing[/]")
-        out_console.print("router part: "
-                          + ("not part of this build" if plan.router is None else "see --json"))
+        if plan.router is None:
+            out_console.print("router part: none (the emulator is a namespace of plain ports)")
+        else:
+            out_console.print(f"router part: bridge {plan.router.bridge} via the REST router")
+            for a in plan.router.addresses:
+                out_console.print(f"  address {a.address}  ({a.side} side)")
+            for r in plan.router.routes:
+                out_console.print(f"  route   {r.destination} via {r.gateway}  ({r.side} side)")
         for op in plan.tc.ops:
             params = " ".join(f"{k}={v}" for k, v in op.params.items())
             out_console.print(f"  {op.port:<8} {op.command:<10} {op.kind:<5} {op.handle:<7} "
@@ -160,7 +166,9 @@ def clear_cmd(as_json: bool) -> None:
 
 @click.command("edit")
 def edit_cmd() -> None:
-    """Interactive editor (thesis Fig. 4.8): pick router, client, direction; type new values.
+    """Interactive editor: pick router, client and direction, then type new values.
+
+    As the thesis's link-edit prompt (Fig. 4.8).
 
     Current values are shown as defaults (Enter keeps them); every value is
     validated and applied in place at once. Works on a terminal and from a pipe.
