@@ -146,14 +146,6 @@ class Ovsdb:
     def controllers(self, bridge: str) -> list[str]:
         return list(self.api.get_controller(bridge).execute(check_error=True))
 
-    def controller_connected(self, bridge: str) -> bool:
-        """Whether vswitchd reports every controller of ``bridge`` connected."""
-        rows = self.api.db_find("Controller", columns=["target", "is_connected"]).execute(
-            check_error=True)
-        targets = set(self.controllers(bridge))
-        mine = [r for r in rows if r["target"] in targets]
-        return bool(mine) and all(r["is_connected"] for r in mine)
-
     def protocols(self, bridge: str) -> list[str]:
         value = self.api.db_get("Bridge", bridge, "protocols").execute(check_error=True)
         return [value] if isinstance(value, str) else list(value)  # one-element sets come bare
