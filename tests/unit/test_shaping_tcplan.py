@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linkemu import linksfile, shaping, tcplan
+from linkemu import linksfile, router_plan, shaping, tcplan
 from linkemu.cli import main
 from linkemu.model import Shape
 
@@ -162,6 +162,7 @@ def test_dry_run_json_is_the_plan(table):
     result = CliRunner().invoke(main, ["apply", THESIS, "--dry-run", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["router"] is None
+    assert data["router"] == router_plan.plan(table).as_dict()
+    assert data["router"]["addresses"], "an OVS emulator is routed: the plan has addresses"
     assert data["tc"] == tcplan.tc_plan(table, shaping.DEFAULT_SHAPER).as_dict()
     assert data["links"] == linksfile.to_native(table)
