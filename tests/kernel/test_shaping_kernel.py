@@ -26,7 +26,7 @@ MIN_RISE_TOLERANCE_MS = 1.0
 """Rise of the minimum RTT (the delay floor netem sets; scheduling noise only adds)."""
 MEDIAN_RISE_TOLERANCE_MS = 2.5
 """Rise of the median RTT, in the software-emulated VM on a shared, loaded host: measured
-+0.2..+1.5 ms for 5/20/50 ms with HTB, once +4.4 ms at 50 ms with HFSC."""
++0.2..+1.5 ms for 5/20/50 ms in quiet runs; +3.7 ms at 50 ms (HTB) with host load ~20."""
 
 
 def record(name: str, **values: object) -> None:
