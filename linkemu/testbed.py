@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import zlib
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 from linkemu import router, router_plan
 from linkemu.model import Emulator, Link, LinkTable, RouterSide, Shape
 from nestednet import capabilities
+from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 
@@ -340,23 +340,7 @@ def _configure_namespaces(layout: Layout) -> None:
                     "net/ipv6/conf/default/disable_ipv6": "1"}
         if name == layout.edge_ns:
             settings["net/ipv4/ip_forward"] = "1"
-        _sysctl_in(name, settings)
-
-
-def _sysctl_in(namespace: str, settings: dict[str, str]) -> None:
-    """Write /proc/sys/net values as seen from inside ``namespace`` (per-namespace)."""
-    from pyroute2 import netns
-
-    home = os.open("/proc/self/ns/net", os.O_RDONLY)
-    try:
-        netns.setns(namespace, flags=0)
-        try:
-            for key, value in settings.items():
-                Path("/proc/sys", key).write_text(value)
-        finally:
-            netns.setns(home, flags=0)
-    finally:
-        os.close(home)
+        netlink.write_sysctls(name, settings)
 
 
 # --- down -------------------------------------------------------------------------

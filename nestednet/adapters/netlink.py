@@ -15,14 +15,17 @@ import ctypes
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from ipaddress import IPv4Interface
 from pathlib import Path
+from typing import TypeVar
 
 from pyroute2 import IPRoute, NetlinkError, netns
 from pyroute2.ethtool import Ethtool
 
 from nestednet.errors import EnvironmentProblem
+
+T = TypeVar("T")
 
 TX_CHECKSUM_FEATURES = ("tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checksum-ipv6",
                         "tx-checksum-sctp", "tx-checksum-fcoe-crc")
@@ -37,13 +40,14 @@ CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
 
 
-def _socket_in(namespace: str) -> int:
-    """A rtnetlink socket bound in ``namespace``, made by a throwaway thread.
+def in_namespace(namespace: str, action: Callable[[], T]) -> T:
+    """Run ``action`` in network namespace ``namespace`` (a name or a /proc path).
 
-    setns() moves only the calling thread, so a short-lived thread can enter the
-    namespace, open the socket and die; the socket stays in that namespace. This is
-    what pyroute2's netns= does, minus its fork of the whole process per socket,
-    which cost far more on a busy 2-core host when a lab opens dozens of them.
+    setns() moves only the calling thread, so a short-lived thread enters the
+    namespace, runs ``action`` and dies; sockets it opens stay in that namespace and
+    /proc/sys it writes is that namespace's. pyroute2's netns= forks the whole
+    process per socket instead, which cost far more on a busy 2-core host when a lab
+    opens dozens of them.
     """
     path = namespace if namespace.startswith("/") else f"/run/netns/{namespace}"
     result: dict = {}
@@ -57,18 +61,42 @@ def _socket_in(namespace: str) -> int:
                     raise OSError(err, f"setns {path}: {os.strerror(err)}")
             finally:
                 os.close(fd)
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
-            result["fd"] = sock.detach()
         except OSError as exc:
+            result["enter_error"] = exc
+            return
+        try:
+            result["value"] = action()
+        except BaseException as exc:
             result["error"] = exc
 
     thread = threading.Thread(target=enter, name="nestednet-setns")
     thread.start()
     thread.join()
-    if "error" in result:
+    if "enter_error" in result:
         raise EnvironmentProblem(f"cannot enter network namespace {namespace}: "
-                                 f"{result['error']}")
-    return result["fd"]
+                                 f"{result['enter_error']}")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def _socket_in(namespace: str) -> int:
+    """A rtnetlink socket bound in ``namespace``."""
+    return in_namespace(namespace, lambda: socket.socket(
+        socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE).detach())
+
+
+def write_sysctls(namespace: str, settings: dict[str, str]) -> None:
+    """Set per-namespace sysctls (keys as under /proc/sys, e.g. net/ipv4/ip_forward).
+
+    pyroute2 has no sysctl call; /proc/sys seen from inside the namespace is the
+    namespace's own, so writing there is the whole job.
+    """
+    def write() -> None:
+        for key, value in settings.items():
+            Path("/proc/sys", key).write_text(value)
+
+    in_namespace(namespace, write)
 
 
 @contextlib.contextmanager

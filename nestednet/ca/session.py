@@ -11,14 +11,14 @@ every flow it installed.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyroute2 import netns
-
+from nestednet.adapters import netlink
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.player import Player, PlayResult
@@ -83,27 +83,13 @@ def check_fits(scenario: Scenario, lab: Lab) -> None:
             hint="use another --lab (run creates it) or delete this one")
 
 
-def _listen_in(namespace: str, host: str, port: int):
+def _listen_in(namespace: str, host: str, port: int) -> socket.socket:
     """A listening socket created inside ``namespace``: it stays bound to that namespace."""
-    holder: dict = {}
-
-    def make() -> None:
-        netns.pushns(namespace)
-        try:
-            holder["sock"] = listen(host, port)
-        except OSError as exc:
-            holder["error"] = exc
-        finally:
-            netns.popns()
-
-    # setns() changes only the calling thread; a throwaway thread keeps ours untouched.
-    thread = threading.Thread(target=make)
-    thread.start()
-    thread.join()
-    if "error" in holder:
-        raise UsageError(f"the CA cannot listen on {host}:{port} in {namespace}: "
-                         f"{holder['error']}", hint="is another `nestednet run` using this lab?")
-    return holder["sock"]
+    try:
+        return netlink.in_namespace(namespace, lambda: listen(host, port))
+    except OSError as exc:
+        raise UsageError(f"the CA cannot listen on {host}:{port} in {namespace}: {exc}",
+                         hint="is another `nestednet run` using this lab?") from exc
 
 
 class CaSession:

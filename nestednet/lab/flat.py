@@ -46,7 +46,7 @@ import docker
 import docker.errors
 
 from nestednet import capabilities, images
-from nestednet.adapters import docker_engine, netlink, netns_exec
+from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import teardown
@@ -297,14 +297,14 @@ class _FlatBuilder:
 
 def _sysctls(namespace: str, ifnames: list[str]) -> None:
     """ARP answered and announced per interface, no reverse-path filter (many iPHYs share
-    one subnet in one namespace). pyroute2 has no sysctl call, hence sysctl(8) in the
-    namespace."""
-    keys = ["net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
-            "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
-    keys += [f"net.ipv4.conf.{name}.rp_filter=0" for name in ifnames]
-    done = netns_exec.run(namespace, ["sysctl", "-q", "-w", *keys], timeout=20)
-    if done.returncode != 0:
-        raise EnvironmentProblem(f"setting sysctls in a flat node failed: {done.stderr.strip()}")
+    one subnet in one namespace)."""
+    settings = {"net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2",
+                "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0"}
+    settings |= {f"net/ipv4/conf/{name}/rp_filter": "0" for name in ifnames}
+    try:
+        netlink.write_sysctls(namespace, settings)
+    except OSError as exc:
+        raise EnvironmentProblem(f"setting sysctls in a flat node failed: {exc}") from exc
 
 
 # --- using a flat lab -------------------------------------------------------------------

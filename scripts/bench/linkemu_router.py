@@ -22,13 +22,13 @@ import time
 
 from linkemu import router, router_plan, testbed
 from nestednet import capabilities
+from nestednet.adapters import netns_exec
 
 OFP_PORT, REST_PORT = 36653, 38081
 
 
 def _ns(namespace: str, *argv: str, timeout: float = 60) -> str:
-    done = subprocess.run(["nsenter", f"--net=/var/run/netns/{namespace}", *argv],
-                          capture_output=True, text=True, timeout=timeout)
+    done = netns_exec.run(namespace, argv, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{argv[0]} in {namespace} failed: {done.stdout}{done.stderr}")
     return done.stdout
@@ -50,14 +50,12 @@ def _goodput(layout: testbed.Layout, seconds: int) -> float | str | None:
     """iperf3 TCP goodput C1 -> server in Mbit/s; the error text if the run failed."""
     if shutil.which("iperf3") is None:
         return None
-    server = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{layout.server_ns}",
-                               "iperf3", "-s", "-1", "-p", "35201"],
+    server = netns_exec.popen(layout.server_ns, ["iperf3", "-s", "-1", "-p", "35201"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):  # the server may take long to listen (software-emulated VM)
-            probe = subprocess.run(["nsenter", f"--net=/var/run/netns/{layout.server_ns}",
-                                    "ss", "-Hltn", "sport = :35201"],
-                                   capture_output=True, text=True, timeout=60)
+            probe = netns_exec.run(layout.server_ns, ["ss", "-Hltn", "sport = :35201"],
+                                   timeout=60)
             if probe.stdout.strip():
                 break
             time.sleep(0.1)

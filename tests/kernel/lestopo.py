@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute, netns
 
 from linkemu import tc
+from nestednet.adapters import netns_exec
 
 EMU = "les-emu"
 CLIENTS = {"C1": ("les-c1", "les-c1e", "les-c1p", "198.18.0.11"),
@@ -102,14 +103,11 @@ def destroy() -> None:
 
 
 def run_in(ns: str, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    # pyroute2 cannot start a process in a namespace; nsenter is the plain way.
-    return subprocess.run(["nsenter", f"--net=/var/run/netns/{ns}", *cmd], capture_output=True,
-                          text=True, timeout=timeout)
+    return netns_exec.run(ns, cmd, timeout=timeout)
 
 
 def popen_in(ns: str, *cmd: str) -> subprocess.Popen:
-    return subprocess.Popen(["nsenter", f"--net=/var/run/netns/{ns}", *cmd],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return netns_exec.popen(ns, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def wait_listening(ns: str, port: int, timeout: float = 20.0) -> None:

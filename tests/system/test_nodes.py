@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from nestednet.adapters import netns_exec
+
 LAB = "t2"
 CLI = str(Path(sys.executable).parent / "nestednet")
 LABS = Path("/var/lib/nestednet/labs")
@@ -224,8 +226,8 @@ def test_status_json(lab):
         "gnab": "running", "iphy1": "running", "iphy2": "running"}
     assert n1["components"][1]["inter"] == "192.168.2.1/24"
     assert data["ca"]["address"] == "10.99.0.1/16"
-    ctl = subprocess.run(["ip", "netns", "exec", data["ca"]["netns"], "ping", "-c", "1", "-W",
-                          "2", "10.99.0.3"], capture_output=True)
+    ctl = netns_exec.run(data["ca"]["netns"], ["ping", "-c", "1", "-W", "2", "10.99.0.3"],
+                         timeout=30)
     assert ctl.returncode == 0, "the CA side must reach every GNAB on the control net"
 
 
