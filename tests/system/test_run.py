@@ -69,8 +69,7 @@ def _check_table(table: LinkTable, visible: frozenset, session: CaSession) -> No
     assert table.unlinked_feasible_pairs() == []
     for link in table.links():
         assert link.pair in visible
-    on_bridge = {frozenset((a.node, b.node)) for a, b in
-                 ((lk.a, lk.b) for lk in session.links.links())}
+    on_bridge = {frozenset((a.node, b.node)) for a, b in session.links.links()}
     in_table = {frozenset((session.lab_node[lk.src], session.lab_node[lk.dst]))
                 for lk in table.links()}
     assert on_bridge == in_table
