@@ -31,7 +31,7 @@ from typing import Any
 
 import jsonschema
 
-from linkemu import units
+from linkemu import router_plan, units
 from linkemu.model import DIRECTIONS, Emulator, Link, LinkTable, Shape
 from nestednet.errors import UsageError
 
@@ -109,7 +109,7 @@ def _parse_native(data: dict) -> tuple[LinkTable, list[str]]:
     if errors:
         first = min(errors, key=lambda e: -len(e.path))
         raise LinksFileError(_json_path(first.absolute_path), first.message)
-    emulator = Emulator(**data.get("emulator", {}))
+    emulator = _emulator(data.get("emulator", {}))
     links = []
     for i, entry in enumerate(data["links"]):
         at = f"links[{i}]"
@@ -234,11 +234,19 @@ def _parse_thesis(data: dict) -> tuple[LinkTable, list[str]]:
     emulator = data.get("emulator", {})
     if not isinstance(emulator, dict):
         raise LinksFileError("emulator", "must be an object")
+    full = schema()
     try:
-        jsonschema.validate(emulator, schema()["properties"]["emulator"])
+        jsonschema.validate(emulator, {**full["properties"]["emulator"], "$defs": full["$defs"]})
     except jsonschema.ValidationError as exc:
         raise LinksFileError(_json_path(["emulator", *exc.absolute_path]), exc.message) from None
-    return LinkTable(links=tuple(links), emulator=Emulator(**emulator)), origins
+    return LinkTable(links=tuple(links), emulator=_emulator(emulator)), origins
+
+
+def _emulator(raw: dict[str, Any]) -> Emulator:
+    """An Emulator from its (schema-checked) JSON form; router sides become RouterSides."""
+    sides = {key: router_plan.side_from_native(raw[key], f"emulator.{key}")
+             for key in ("client_side", "server_side") if key in raw}
+    return Emulator(**{**raw, **sides})
 
 
 def _match_properties(props: list, key: str, routers: list) -> dict[str, tuple[dict, str]]:
@@ -333,6 +341,10 @@ def to_native(table: LinkTable) -> dict:
                                 "server_port": emu.server_port}
     if emu.netns is not None:
         emulator["netns"] = emu.netns
+    for key in ("client_side", "server_side"):
+        side = getattr(emu, key)
+        if side is not None:
+            emulator[key] = router_plan.side_to_native(side)
     return {"emulator": emulator, "links": [
         {"router": link.router, "client": link.client, "client_ip": str(link.client_ip),
          "server_ip": str(link.server_ip), "forward": shape(link.forward),

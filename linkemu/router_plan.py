@@ -101,19 +101,6 @@ def side_to_native(side: RouterSide) -> dict[str, str]:
     return result
 
 
-SIDE_SCHEMA = {
-    "description": "The router's address on this side (with prefix) and, when that side's "
-                   "hosts sit behind another router, that router's address. Omitted: "
-                   "linkemu constructs an on-link address per host /24.",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["address"],
-    "properties": {"address": {"type": "string", "examples": ["198.18.0.1/24"]},
-                   "gateway": {"type": "string", "format": "ipv4"}},
-}
-"""JSON Schema of emulator.client_side / emulator.server_side in the native links file."""
-
-
 def plan(table: LinkTable) -> RouterPlan:
     """The router configuration for ``table``; UsageError if it cannot be consistent."""
     if not table.links:
