@@ -25,9 +25,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from nestednet.cli import doctor, images
+    from nestednet.cli import doctor, graph, images, visibility
 
-    for module in (doctor, images):
+    for module in (doctor, images, graph, visibility):
         module.register(main)
 
 

@@ -121,31 +121,42 @@ def format_path(path: Iterable[str | int]) -> str:
 
 
 class Problems:
-    """Collects path-precise validation problems; raises them as one UsageError."""
+    """Collects path-precise validation problems; raises them as one UsageError.
+
+    Problems are listed in file order (by path), whatever order they were found in.
+    """
 
     LIMIT = 20
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.items: list[str] = []
+        self._found: list[tuple[list[tuple[int, int, str]], str]] = []
 
     def add(self, path: Sequence[str | int], message: str) -> None:
-        self.items.append(f"{format_path(path)}: {message}")
+        self._found.append((_path_key(path), f"{format_path(path)}: {message}"))
+
+    @property
+    def items(self) -> list[str]:
+        return [text for _, text in sorted(self._found, key=lambda found: found[0])]
 
     def __bool__(self) -> bool:
-        return bool(self.items)
+        return bool(self._found)
 
     def raise_if_any(self, hint: str | None = None) -> None:
-        if not self.items:
+        items = self.items
+        if not items:
             return
-        if len(self.items) == 1:
-            raise UsageError(f"{self.source}: {self.items[0]}", hint=hint)
-        shown = self.items[: self.LIMIT]
-        more = len(self.items) - len(shown)
+        if len(items) == 1:
+            raise UsageError(f"{self.source}: {items[0]}", hint=hint)
+        shown = items[: self.LIMIT]
+        more = len(items) - len(shown)
         lines = "\n".join(f"  {p}" for p in shown)
         tail = f"\n  ... and {more} more" if more else ""
-        raise UsageError(
-            f"{self.source}: {len(self.items)} problems:\n{lines}{tail}", hint=hint)
+        raise UsageError(f"{self.source}: {len(items)} problems:\n{lines}{tail}", hint=hint)
+
+
+def _path_key(path: Iterable[str | int]) -> list[tuple[int, int, str]]:
+    return [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in path]
 
 
 @cache
@@ -158,9 +169,7 @@ def load_schema(resource: str) -> dict[str, Any]:
 def check_against_schema(doc: Any, schema: dict[str, Any], problems: Problems) -> None:
     """Structural problems, each with its path, in file order."""
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(doc), key=lambda e: [
-        (0, p, "") if isinstance(p, int) else (1, 0, p) for p in e.absolute_path])
-    for error in errors:
+    for error in validator.iter_errors(doc):
         problems.add(list(error.absolute_path), _schema_message(error))
 
 
@@ -173,7 +182,8 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         return f"expected {article} {wanted}, got {describe(error.instance)}"
     custom = error.schema.get("x-error") if isinstance(error.schema, dict) else None
     if custom and error.validator not in ("required", "additionalProperties"):
-        return str(custom)
+        scalar = not isinstance(error.instance, dict | list)
+        return f"{custom} (got {describe(error.instance)})" if scalar else str(custom)
     if error.validator == "additionalProperties":
         return error.message.replace("Additional properties are not allowed",
                                      "unknown field(s)")
@@ -233,3 +243,32 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return repr(value)
+
+
+def summary(scenario: Scenario) -> dict[str, Any]:
+    """What `visibility check` reports: the lab shape and per step what changed."""
+    steps = []
+    previous: frozenset[Pair] = frozenset()
+    for i, s in enumerate(scenario.steps):
+        seen = {n for p in s.visible for n in p}
+        steps.append({
+            "index": i,
+            "time": s.time,
+            "until": scenario.step_end(i),
+            "visible_pairs": len(s.visible),
+            "appeared": len(s.visible - previous),
+            "lost": len(previous - s.visible),
+            "isolated": [n for n in scenario.node_names if n not in seen],
+            "visible": [list(p) for p in sorted(s.visible)],
+        })
+        previous = s.visible
+    return {
+        "name": scenario.name,
+        "format": scenario.source_format,
+        "duration": scenario.duration,
+        "line_of_sight": ({"rule": "distance", "range": scenario.range}
+                          if scenario.range is not None else None),
+        "positions": scenario.has_positions,
+        "nodes": [{"name": n.name, "id": n.node_id, "iphys": n.iphys} for n in scenario.nodes],
+        "steps": steps,
+    }

@@ -1,0 +1,213 @@
+"""The 3-D connectivity picture (seed thesis Fig. 3.9): nodes, visible pairs, links.
+
+A frame is one step: node positions, the pairs that see each other (drawn faint) and
+the links established (drawn bold, with the iPHY used at each end). Frames come from
+a scenario, an events file written by a run, or both; building them is pure, only
+``render_png``/``render_gif`` write files. Matplotlib is driven through its Agg
+canvas directly (no pyplot), so nothing depends on a display or global state.
+
+Links shown for a step are those up just before the next step begins, i.e. once the
+step has settled (events with scenario_time before the next step's time).
+Scenarios given as explicit pairs have no positions: their nodes are laid out on a
+circle, the same for every frame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nestednet.errors import UsageError
+from nestednet.model import events as ev
+from nestednet.model.line_of_sight import Pair, Position
+from nestednet.model.scenario import Scenario
+
+VISIBLE_STYLE = {"color": "#8a97a6", "linewidth": 0.9, "alpha": 0.55, "linestyle": "--"}
+LINK_STYLE = {"color": "#c0392b", "linewidth": 3.0, "alpha": 0.95}
+NODE_COLOR = "#1f3b57"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Everything one picture shows."""
+
+    time: float
+    index: int
+    count: int
+    positions: Mapping[str, Position]
+    visible: frozenset[Pair]
+    links: Mapping[Pair, ev.LinkState] | None
+    """None when no events were given (links unknown, not 'no links')."""
+    title: str = ""
+    laid_out: bool = False
+    """True when positions are a circle layout, not real coordinates."""
+
+
+def circle_layout(names: Sequence[str]) -> dict[str, Position]:
+    """Nodes evenly on a unit-ish circle (radius 10), in the given order."""
+    n = max(len(names), 1)
+    return {name: (10 * math.cos(2 * math.pi * i / n), 10 * math.sin(2 * math.pi * i / n), 0.0)
+            for i, name in enumerate(names)}
+
+
+def frames_from_scenario(scenario: Scenario,
+                         events: Sequence[ev.Event] | None = None) -> list[Frame]:
+    """One frame per step; links from the events when given."""
+    layout = None if scenario.has_positions else circle_layout(scenario.node_names)
+    frames = []
+    for i, step in enumerate(scenario.steps):
+        end = scenario.steps[i + 1].time if i + 1 < len(scenario.steps) else None
+        links = ev.links_before(events, end) if events is not None else None
+        frames.append(Frame(time=step.time, index=i, count=len(scenario.steps),
+                            positions=step.positions if layout is None else layout,
+                            visible=step.visible, links=links, title=scenario.name,
+                            laid_out=layout is not None))
+    return frames
+
+
+def frames_from_events(events: Sequence[ev.Event], title: str = "") -> list[Frame]:
+    """One frame per ``step`` record, for an events file read on its own."""
+    steps = [e for e in events if e.event == ev.STEP]
+    if not steps:
+        raise UsageError("the events file has no 'step' records to draw",
+                         hint="pass the scenario too: nestednet graph SCENARIO --events FILE")
+    names = sorted({n for e in steps for n in e.nodes} | {n for e in steps for p in e.visible
+                                                          for n in p})
+    layout = circle_layout(names)
+    with_positions = all(e.positions is not None and set(names) <= set(e.positions)
+                         for e in steps)
+    frames = []
+    for i, step in enumerate(steps):
+        end = steps[i + 1].scenario_time if i + 1 < len(steps) else None
+        positions = step.positions if with_positions and step.positions is not None else layout
+        frames.append(Frame(time=step.scenario_time, index=i, count=len(steps),
+                            positions=positions, visible=frozenset(step.visible),
+                            links=ev.links_before(events, end), title=title,
+                            laid_out=not with_positions))
+    return frames
+
+
+def frame_at(frames: Sequence[Frame], t: float) -> Frame:
+    """The frame of the step in effect at time t."""
+    chosen = None
+    for f in frames:
+        if f.time <= t:
+            chosen = f
+    if chosen is None:
+        raise UsageError(f"--at {t:g}: before the first step (t = {frames[0].time:g} s)")
+    return chosen
+
+
+def render_png(frame: Frame, path: str | Path, *, dpi: int = 110,
+               bounds: tuple[Position, Position] | None = None) -> None:
+    figure, axes = _figure()
+    _draw(axes, frame, bounds or _bounds([frame]))
+    _save(lambda: figure.savefig(str(path), dpi=dpi), path)
+
+
+def render_gif(frames: Sequence[Frame], path: str | Path, *, dpi: int = 80,
+               seconds_per_frame: float = 1.0) -> None:
+    """An animated GIF, one frame per step, on fixed axes so motion reads right."""
+    from matplotlib.animation import PillowWriter
+
+    figure, axes = _figure()
+    bounds = _bounds(frames)
+    writer = PillowWriter(fps=1.0 / seconds_per_frame)
+
+    def write() -> None:
+        with writer.saving(figure, str(path), dpi):
+            for frame in frames:
+                axes.clear()
+                _draw(axes, frame, bounds)
+                writer.grab_frame()
+
+    _save(write, path)
+
+
+def _save(action: Callable[[], object], path: str | Path) -> None:
+    try:
+        action()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _figure() -> tuple[Any, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 6.5))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(projection="3d")
+    figure.subplots_adjust(left=0, right=1, bottom=0.02, top=0.93)
+    return figure, axes
+
+
+def _bounds(frames: Sequence[Frame]) -> tuple[Position, Position]:
+    points = [p for f in frames for p in f.positions.values()] or [(0.0, 0.0, 0.0)]
+    lo = tuple(min(p[k] for p in points) for k in range(3))
+    hi = tuple(max(p[k] for p in points) for k in range(3))
+    return (lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])
+
+
+def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position]) -> None:
+    from matplotlib.lines import Line2D
+
+    pos = frame.positions
+    links = frame.links or {}
+    for a, b in sorted(frame.visible):
+        if (a, b) in links or a not in pos or b not in pos:
+            continue
+        axes.plot(*zip(pos[a], pos[b], strict=True), **VISIBLE_STYLE)
+    span = max(bounds[1][0] - bounds[0][0], bounds[1][1] - bounds[0][1], 1e-9)
+    for (a, b), link in sorted(links.items()):
+        if a not in pos or b not in pos:
+            continue
+        axes.plot(*zip(pos[a], pos[b], strict=True), **LINK_STYLE)
+        for node, iphy, other in ((link.a, link.a_iphy, link.b), (link.b, link.b_iphy, link.a)):
+            p, q = pos[node], pos[other]
+            at = [p[k] + (q[k] - p[k]) * 0.22 for k in range(3)]
+            axes.text(*at, f"i{iphy}", fontsize=6.5, color=LINK_STYLE["color"],
+                      ha="center", va="center", zorder=6,
+                      bbox={"boxstyle": "round,pad=0.12", "facecolor": "white",
+                            "edgecolor": "none", "alpha": 0.85})
+    names = sorted(pos)
+    xs, ys, zs = (list(c) for c in zip(*(pos[n] for n in names), strict=True)) if names \
+        else ([], [], [])
+    axes.scatter(xs, ys, zs, s=70, color=NODE_COLOR, depthshade=False, zorder=5)
+    for n in names:
+        x, y, z = pos[n]
+        axes.text(x, y, z + span * 0.025, n, fontsize=8.5, color=NODE_COLOR,
+                  ha="center", va="bottom", fontweight="bold")
+
+    _limits(axes, bounds, frame.laid_out)
+    visible_count = len(frame.visible)
+    handles = [Line2D([], [], **VISIBLE_STYLE, label=f"visible pairs ({visible_count})")]
+    if frame.links is not None:
+        handles.append(Line2D([], [], **LINK_STYLE, label=f"links ({len(links)})"))
+    axes.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
+    head = f"{frame.title} — " if frame.title else ""
+    note = "" if frame.links is not None else "   (no events: links not shown)"
+    axes.set_title(f"{head}t = {frame.time:g} s   step {frame.index + 1}/{frame.count}{note}",
+                   fontsize=10)
+
+
+def _limits(axes: Any, bounds: tuple[Position, Position], laid_out: bool) -> None:
+    lo, hi = bounds
+    spans = [hi[k] - lo[k] for k in range(3)]
+    flat = max(spans[0], spans[1], 1.0)
+    pads = [max(s * 0.06, flat * 0.03) for s in spans]
+    for k, setter in enumerate((axes.set_xlim, axes.set_ylim, axes.set_zlim)):
+        setter(lo[k] - pads[k], hi[k] + pads[k])
+    z_box = max(spans[2], flat * 0.25)
+    axes.set_box_aspect((max(spans[0], 1e-9), max(spans[1], 1e-9), z_box))
+    if laid_out:
+        axes.set_axis_off()
+        axes.view_init(elev=60, azim=-90)
+    else:
+        axes.set_xlabel("x", fontsize=8)
+        axes.set_ylabel("y", fontsize=8)
+        axes.set_zlabel("z", fontsize=8)
+        axes.tick_params(labelsize=7)
