@@ -66,7 +66,7 @@ def test_requests_to_send_skips_linked_failed_pending():
 
 
 ops = st.lists(st.one_of(
-    st.tuples(st.just("req"), st.sampled_from(NODES + ["x"]), st.sampled_from(NODES),
+    st.tuples(st.just("req"), st.sampled_from([*NODES, "x"]), st.sampled_from(NODES),
               st.integers(0, 3)),
     st.tuples(st.just("vis"), st.sets(st.tuples(st.sampled_from(NODES), st.sampled_from(NODES)),
                                       max_size=6))), max_size=40)
