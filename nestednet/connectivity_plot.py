@@ -170,7 +170,9 @@ def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position]) -> None:
             p, q = pos[node], pos[other]
             at = [p[k] + (q[k] - p[k]) * 0.22 for k in range(3)]
             axes.text(*at, f"i{iphy}", fontsize=6.5, color=LINK_STYLE["color"],
-                      ha="center", va="center")
+                      ha="center", va="center", zorder=6,
+                      bbox={"boxstyle": "round,pad=0.12", "facecolor": "white",
+                            "edgecolor": "none", "alpha": 0.85})
     names = sorted(pos)
     xs, ys, zs = (list(c) for c in zip(*(pos[n] for n in names), strict=True)) if names \
         else ([], [], [])
