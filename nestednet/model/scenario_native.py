@@ -126,7 +126,8 @@ def _parse_nodes(raw_nodes: list[dict[str, Any]], default_iphys: int,
     seen_ids: dict[int, int] = {}
     for i, raw in enumerate(raw_nodes):
         name = raw["name"]
-        node_id = raw.get("id", i + 1)
+        # JSON Schema's "integer" admits 2.0: store ints, since counts and IDs feed range()
+        node_id = int(raw.get("id", i + 1))
         if name in seen_names:
             problems.add(["nodes", i, "name"],
                          f"duplicate node name {name!r} (also nodes[{seen_names[name]}])")
@@ -138,7 +139,8 @@ def _parse_nodes(raw_nodes: list[dict[str, Any]], default_iphys: int,
                          f"duplicate node {where} {node_id} (also nodes[{seen_ids[node_id]}])")
         else:
             seen_ids[node_id] = i
-        nodes.append(NodeSpec(name=name, node_id=node_id, iphys=raw.get("iphys", default_iphys)))
+        nodes.append(NodeSpec(name=name, node_id=node_id,
+                              iphys=int(raw.get("iphys", default_iphys))))
     return nodes
 
 
