@@ -88,8 +88,9 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
     """The native document for a scenario.
 
     Steps with positions are written as positions only (visibility re-derives from
-    the range, one source of truth) when the scenario has a range; otherwise, or with
-    explicit_pairs=True, the visible pairs are written too.
+    the range, one source of truth) when the scenario has a range and the step's
+    pairs are exactly what the range gives; otherwise (explicit pairs that differ
+    from the rule), or with explicit_pairs=True, the visible pairs are written too.
     """
     iphys = {n.iphys for n in scenario.nodes}
     common = iphys.pop() if len(iphys) == 1 else None
@@ -111,7 +112,8 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
         if s.positions is not None:
             out["positions"] = {name: list(s.positions[name]) for name in scenario.node_names}
         write_pairs = (explicit_pairs if explicit_pairs is not None
-                       else s.positions is None or scenario.range is None)
+                       else s.positions is None or scenario.range is None
+                       or s.visible != visible_pairs(s.positions, scenario.range))
         if write_pairs:
             out["visible"] = [list(p) for p in sorted(s.visible)]
         steps.append(out)
