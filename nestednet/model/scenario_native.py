@@ -36,7 +36,9 @@ def schema() -> dict[str, Any]:
 
 
 def is_native(doc: Any) -> bool:
-    return isinstance(doc, dict) and "steps" in doc and "MobilecomScnDef" not in doc
+    """A file saying "format" (or having "steps") is native: its problems get paths."""
+    return (isinstance(doc, dict) and ("steps" in doc or "format" in doc)
+            and "MobilecomScnDef" not in doc)
 
 
 def parse_native(doc: Any, source: str) -> Scenario:
