@@ -716,3 +716,15 @@ def test_mutated_documents_fail_with_a_path(data, base):
             get(doc, path[:-1])[path[-1]] = name
         stderr = check_cli(doc)
         assert f"{where}: unknown node {name!r}" in stderr, stderr
+
+
+@pytest.mark.unit
+def test_the_readme_examples_are_valid():
+    text = (SCENARIOS / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```json\n(.*?)```", text, re.S)
+    parsed = [parse_scenario(json.loads(b), "README.md") for b in blocks]
+    assert [s.source_format for s in parsed] == ["native", "nestednet"]
+    native, nested = parsed
+    assert [s.visible for s in native.steps] == [{("a", "b"), ("b", "c")}, {("a", "b")}]
+    assert [n.iphys for n in native.nodes] == [2, 2, 4]
+    assert nested.steps[0].visible == {("n1", "n2")}
