@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from nestednet.errors import NestedNetError
 
@@ -22,9 +23,10 @@ class ErrorHandlingGroup(click.Group):
         try:
             return super().invoke(ctx)
         except NestedNetError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                              soft_wrap=True)
             if exc.hint:
-                err_console.print(f"  hint: {exc.hint}", soft_wrap=True)
+                err_console.print(f"  hint: {exc.hint}", markup=False, soft_wrap=True)
             sys.exit(exc.exit_code)
 
 
@@ -33,4 +35,4 @@ def print_json(data: Any) -> None:
 
 
 def progress(message: str) -> None:
-    err_console.print(f"[dim]·[/] {message}", soft_wrap=True)
+    err_console.print(f"[dim]·[/] {escape(message)}", soft_wrap=True)

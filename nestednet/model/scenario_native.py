@@ -36,7 +36,9 @@ def schema() -> dict[str, Any]:
 
 
 def is_native(doc: Any) -> bool:
-    return isinstance(doc, dict) and "steps" in doc and "MobilecomScnDef" not in doc
+    """A file saying "format" (or having "steps") is native: its problems get paths."""
+    return (isinstance(doc, dict) and ("steps" in doc or "format" in doc)
+            and "MobilecomScnDef" not in doc)
 
 
 def parse_native(doc: Any, source: str) -> Scenario:
@@ -88,8 +90,9 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
     """The native document for a scenario.
 
     Steps with positions are written as positions only (visibility re-derives from
-    the range, one source of truth) when the scenario has a range; otherwise, or with
-    explicit_pairs=True, the visible pairs are written too.
+    the range, one source of truth) when the scenario has a range and the step's
+    pairs are exactly what the range gives; otherwise (explicit pairs that differ
+    from the rule), or with explicit_pairs=True, the visible pairs are written too.
     """
     iphys = {n.iphys for n in scenario.nodes}
     common = iphys.pop() if len(iphys) == 1 else None
@@ -111,7 +114,8 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
         if s.positions is not None:
             out["positions"] = {name: list(s.positions[name]) for name in scenario.node_names}
         write_pairs = (explicit_pairs if explicit_pairs is not None
-                       else s.positions is None or scenario.range is None)
+                       else s.positions is None or scenario.range is None
+                       or s.visible != visible_pairs(s.positions, scenario.range))
         if write_pairs:
             out["visible"] = [list(p) for p in sorted(s.visible)]
         steps.append(out)
@@ -126,7 +130,8 @@ def _parse_nodes(raw_nodes: list[dict[str, Any]], default_iphys: int,
     seen_ids: dict[int, int] = {}
     for i, raw in enumerate(raw_nodes):
         name = raw["name"]
-        node_id = raw.get("id", i + 1)
+        # JSON Schema's "integer" admits 2.0: store ints, since counts and IDs feed range()
+        node_id = int(raw.get("id", i + 1))
         if name in seen_names:
             problems.add(["nodes", i, "name"],
                          f"duplicate node name {name!r} (also nodes[{seen_names[name]}])")
@@ -138,7 +143,8 @@ def _parse_nodes(raw_nodes: list[dict[str, Any]], default_iphys: int,
                          f"duplicate node {where} {node_id} (also nodes[{seen_ids[node_id]}])")
         else:
             seen_ids[node_id] = i
-        nodes.append(NodeSpec(name=name, node_id=node_id, iphys=raw.get("iphys", default_iphys)))
+        nodes.append(NodeSpec(name=name, node_id=node_id,
+                              iphys=int(raw.get("iphys", default_iphys))))
     return nodes
 
 

@@ -133,7 +133,7 @@ def _check_identity(problems: Problems, path: list[str | int], entry: dict[str, 
                     ids: dict[str, int], owners: dict[int, str],
                     first_seen: dict[str, list[str | int]]) -> None:
     """One name <-> one ID across the file; records the node on first sight."""
-    name, node_id = entry["nodeName"], entry["nodeID"]
+    name, node_id = entry["nodeName"], int(entry["nodeID"])  # the schema admits 2.0
     if not check_node_name(problems, [*path, "nodeName"], name):
         return
     if name in ids:
