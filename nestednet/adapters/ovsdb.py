@@ -17,6 +17,25 @@ HOST_DB = "unix:/var/run/openvswitch/db.sock"
 _CONNECT_LOCK = threading.Lock()
 
 
+def _keep_python_signal_handling() -> None:
+    """Stop python-ovs from taking over SIGINT/SIGTERM/SIGHUP/SIGALRM.
+
+    On first use python-ovs (ovs.fatal_signal) installs handlers that re-raise the
+    signal with default handling: Ctrl-C would kill us outright, skipping the
+    rollback of a half-made lab and the CA's removal of its flows. Its hooks only
+    unlink files of unix sockets a server binds; we only connect. So: mark it
+    initialised. (Separately, the first thread other than the main one to open a
+    python-ovs stream never finishes after returning; callers keep OVSDB work on
+    the main thread or on threads that need not be joined.)
+    """
+    from ovs import fatal_signal
+
+    fatal_signal._inited = True
+
+
+_keep_python_signal_handling()
+
+
 TABLES = ("Open_vSwitch", "Bridge", "Port", "Interface", "Controller", "Mirror", "QoS",
           "Queue")
 VOLATILE_COLUMNS = frozenset((

@@ -65,12 +65,14 @@ class AgentState:
     visible: list[str] = field(default_factory=list)
     step: int = -1
     refused: set[str] = field(default_factory=set)
+    iphys_refused: set[str] = field(default_factory=set)
+    """Own iPHYs the CA refused this step (busy or unknown to it): not offered again."""
     pending: dict[int, tuple[str, str]] = field(default_factory=dict)
     """req_id -> (peer, local iPHY) for requests not yet answered."""
     connected: bool = False
 
     def free_iphys(self) -> list[str]:
-        used = {local for local, _ in self.links.values()}
+        used = {local for local, _ in self.links.values()} | self.iphys_refused
         used |= {iphy for _, iphy in self.pending.values()}
         return [name for name, up in sorted(self.iphys_up.items()) if up and name not in used]
 
@@ -115,12 +117,16 @@ class Agent:
             # The CA names us as the scenario does; our lab name only identified us in HELLO.
             st.node = message["node"]
             st.node_id, st.control_ip = message["node_id"], message["control_ip"]
+            if "iphys" in message:  # the scenario may give this node fewer iPHYs than it has
+                st.iphys_up = {name: st.iphys_up.get(name, False) or name in message["iphys"]
+                               for name in st.iphys_up if name in message["iphys"]}
             st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                         for link in message["links"]}
             st.pending.clear()
         elif kind == p.VISIBILITY:
             st.step, st.visible = message["step"], sorted(message["peers"])
             st.refused.clear()
+            st.iphys_refused.clear()
         elif kind == p.LINK_OK:
             st.pending.pop(message["req_id"], None)
             st.links[message["dst_node"]] = (message["src_iphy"], message["dst_iphy"])
@@ -128,6 +134,9 @@ class Agent:
             st.pending.pop(message["req_id"], None)
             if message["reason"] in _PEER_REFUSED:
                 st.refused.add(message["dst_node"])
+            elif message.get("src_iphy"):
+                # src_iphy_busy / src_iphy_unknown: asking again at once would only repeat.
+                st.iphys_refused.add(message["src_iphy"])
         elif kind == p.LINK_UP:
             st.links[message["peer"]] = (message["local_iphy"], message["peer_iphy"])
         elif kind == p.LINK_DOWN:

@@ -7,7 +7,8 @@ Agent -> CA
     HELLO      {node, iphys: [{name, inter_ip, up}], links: [...what the agent believes]}
     LINK_REQ   {req_id, src_node, dst_node, src_iphy}
 CA -> agent
-    ID         {node, node_id, control_ip, links: [{peer, local_iphy, peer_iphy}]}
+    ID         {node, node_id, control_ip, links: [{peer, local_iphy, peer_iphy}],
+                iphys: [name, ...]}  (the iPHYs the scenario gives this node; optional)
     VISIBILITY {step, time, peers: [node, ...]}
     LINK_OK    {req_id, src_node, dst_node, src_iphy, dst_iphy}
     LINK_FAIL  {req_id, src_node, dst_node, src_iphy, reason}

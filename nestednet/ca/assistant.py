@@ -192,7 +192,8 @@ class CommunicationAssistant:
                   "peer_iphy": iphy_name(link.iphy_of(link.peer_of(node)))}
                  for link in self.table.links_of(node)]
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
-                    control_ip=self.control_ips[node], links=links)
+                    control_ip=self.control_ips[node], links=links,
+                    iphys=[iphy_name(i) for i in self.table.iphys_of(node)])
         self._event("hello", nodes=[node], ready_iphys=up, reconnect=bool(msg.get("links")))
         if self.progress.step >= 0:
             self._reply(conn, p.VISIBILITY, step=self.progress.step,

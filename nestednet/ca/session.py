@@ -43,6 +43,8 @@ class RunOptions:
     remove_lab: bool = False
     hello_timeout: float = 90.0
     jobs: int | None = None
+    created_lab: bool = False
+    """Set by the caller when ensure_lab() made the lab for this run."""
 
 
 @dataclass
@@ -179,18 +181,27 @@ class CaSession:
         self.close()
 
 
+def ensure_lab(scenario: Scenario, options: RunOptions,
+               notify: Callable[[str], None] = lambda text: None) -> bool:
+    """Create the lab with the scenario's shape unless it exists; True if created.
+
+    Call it on the main thread: creation talks to OVSDB through python-ovs, and a
+    non-main thread that does so cannot finish (see nestednet.adapters.ovsdb).
+    """
+    if LabRecord(options.lab).exists():
+        return False
+    needed_iphys = max(n.iphys for n in scenario.nodes)
+    notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
+    jobs = {"jobs": options.jobs} if options.jobs else {}
+    create(CreateRequest(lab=options.lab, nodes=len(scenario.nodes), iphys=needed_iphys,
+                         **jobs))
+    return True
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
-    """Create the lab if needed, then play ``scenario`` on it; see the module docstring."""
-    created = False
-    if not LabRecord(options.lab).exists():
-        needed_iphys = max(n.iphys for n in scenario.nodes)
-        notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
-        live.phase = "creating lab"
-        jobs = {"jobs": options.jobs} if options.jobs else {}
-        create(CreateRequest(lab=options.lab, nodes=len(scenario.nodes), iphys=needed_iphys,
-                             **jobs))
-        created = True
+    """Play ``scenario`` on the lab (see ensure_lab); see the module docstring."""
+    created = options.created_lab
     lab = Lab.open(options.lab)
     events_path = options.events or lab.record.path / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))

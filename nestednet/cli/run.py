@@ -63,6 +63,7 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     loaded = load_scenario(scenario, nestednet_iphys=iphys)
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout)
+    options.created_lab = session.ensure_lab(loaded, options, notify=progress)
     stop = threading.Event()
     live = session.Live()
     outcome: dict = {}

@@ -128,6 +128,10 @@ class LinkTable:
             return sorted((lk for lk in self._links.values() if node in (lk.src, lk.dst)),
                           key=lambda link: link.pair)
 
+    def iphys_of(self, node: str) -> list[int]:
+        """Every iPHY the table knows for ``node`` (its inventory), free or not."""
+        return sorted(self._iphys.get(node, ()))
+
     def free_iphys(self, node: str) -> list[int]:
         with self.lock:
             return sorted(i for i in self._iphys.get(node, ()) if (node, i) not in self._busy)

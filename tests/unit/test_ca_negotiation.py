@@ -181,3 +181,37 @@ def test_mutual_requests_make_exactly_one_link(lab):
         _wait(lambda: _settled(table, agents), "settle")
         assert len(table.links()) == 1
         assert table.violations() == []
+
+
+def test_agents_with_more_iphys_than_the_scenario_do_not_storm(tmp_path):
+    """Agents of 4-iPHY nodes in a 2-iPHY scenario: only iphy1/iphy2 are offered."""
+    table = LinkTable({n: range(1, 3) for n in ("n1", "n2", "n3")})
+    server = ControlServer(listen("127.0.0.1", 0))
+    ca = CommunicationAssistant(server, table, RecordingInstaller(),
+                                node_ids={"n1": 1, "n2": 2, "n3": 3},
+                                control_ips=dict.fromkeys(("n1", "n2", "n3"), "10.0.0.9"),
+                                events=EventLog(tmp_path / "events.jsonl"))
+    server.start(ca)
+    agents = {n: Agent(AgentConfig(node=n, ca_host="127.0.0.1", ca_port=server.address[1],
+                                   iphys={f"iphy{j}": "x" for j in range(1, 5)},
+                                   poll_interval=0)) for n in ("n1", "n2", "n3")}
+    threads = [threading.Thread(target=a.run, daemon=True) for a in agents.values()]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait(lambda: ca.hello_seen == {"n1", "n2", "n3"}, "every HELLO")
+        _play(server, ca, [("n1", "n2"), ("n2", "n3"), ("n1", "n3")])
+        _wait(lambda: _settled(table, agents), "settle")
+        time.sleep(0.5)
+        assert table.violations() == []
+        assert len(table.links()) == 3
+        # First wave: each node asks both peers (6). A request refused because an incoming
+        # link took its iPHY meanwhile may be retried once with another iPHY. Before the
+        # fix, agents re-asked from iphy3/iphy4 without end (2605 requests in 3 s).
+        assert ca.events.counts["link_request"] <= 12, ca.events.counts
+    finally:
+        for agent in agents.values():
+            agent.stop()
+        for thread in threads:
+            thread.join(timeout=5)
+        server.stop()
