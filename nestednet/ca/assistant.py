@@ -69,6 +69,8 @@ class EventLog:
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         """How many of each event this log has written (this run only)."""
+        self.records: list[Event] = []
+        """This run's events (the file may hold earlier runs' too), e.g. for pictures."""
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", buffering=1)
@@ -82,8 +84,9 @@ class EventLog:
                        step=step if step is not None and step >= 0 else None,
                        nodes=tuple(nodes), iphys=tuple(iphys), visible=tuple(visible),
                        reason=reason, latency_ms=latency_ms, extra=extra)
-        if self._file is not None:
-            with self._lock:
+        with self._lock:
+            self.records.append(record)
+            if self._file is not None:
                 self._file.write(record.to_line() + "\n")
 
     def close(self) -> None:

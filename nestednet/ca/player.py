@@ -39,8 +39,10 @@ class Player:
                          timeout)
 
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
-             tick: float = 0.25) -> PlayResult:
-        """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time."""
+             tick: float = 0.25,
+             on_step_done: Callable[[int], None] = lambda index: None) -> PlayResult:
+        """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time,
+        ``on_step_done`` each played step's index once its time is over."""
         start = time.monotonic()
         played = 0
         for index, step in enumerate(self.scenario.steps):
@@ -48,9 +50,13 @@ class Player:
                 break
             if self._wait_until(start, step.time, stop, on_tick, tick):
                 return PlayResult(played, self._now(start), True)
+            if played:
+                on_step_done(index - 1)
             self.apply_now(index)
             played += 1
         interrupted = self._wait_until(start, self.end, stop, on_tick, tick)
+        if played and not interrupted:
+            on_step_done(played - 1)
         return PlayResult(played, min(self._now(start), self.end), interrupted)
 
     def _now(self, start: float) -> float:

@@ -15,9 +15,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nestednet import connectivity_plot
 from nestednet.adapters import netlink
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
 from nestednet.ca.flows import MainBridgeInstaller
@@ -45,6 +47,8 @@ class RunOptions:
     jobs: int | None = None
     created_lab: bool = False
     """Set by the caller when ensure_lab() made the lab for this run."""
+    plot_dir: Path | None = None
+    """Write one connectivity picture per step here (`nestednet run --plot DIR`)."""
 
 
 @dataclass
@@ -181,6 +185,33 @@ class CaSession:
         self.close()
 
 
+class StepPictures:
+    """One PNG per finished step, drawn off the player's thread so steps keep their time."""
+
+    def __init__(self, scenario: Scenario, ca_session: CaSession,
+                 directory: Path | None) -> None:
+        self.scenario, self.ca_session, self.directory = scenario, ca_session, directory
+        self._pool: ThreadPoolExecutor | None = None
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nestednet-plot")
+
+    def step_done(self, index: int) -> None:
+        if self._pool is None:
+            return
+        records = self.ca_session.server.call(lambda: list(self.ca_session.events.records))
+        frame = connectivity_plot.frames_from_scenario(self.scenario, records)[index]
+        self._pool.submit(connectivity_plot.render_png, frame,
+                          self.directory / f"step-{index + 1:03d}.png")
+
+    def __enter__(self) -> StepPictures:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
 def ensure_lab(scenario: Scenario, options: RunOptions,
                notify: Callable[[str], None] = lambda text: None) -> bool:
     """Create the lab with the scenario's shape unless it exists; True if created.
@@ -226,7 +257,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                 live.progress = ca.progress
                 live.links = len(table.links())
 
-            result: PlayResult = player.play(stop, on_tick=tick)
+            with StepPictures(scenario, ca_session, options.plot_dir) as pictures:
+                result: PlayResult = player.play(stop, on_tick=tick,
+                                                 on_step_done=pictures.step_done)
             summary.steps_played = result.steps_played
             summary.scenario_time = result.scenario_time
             summary.interrupted = result.interrupted

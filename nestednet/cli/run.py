@@ -44,9 +44,12 @@ def _status_line(live: session.Live) -> Text:
               help="iPHYs per node for NestedNet-format scenarios (which do not say).")
 @click.option("--hello-timeout", type=click.FloatRange(min=1), default=90, show_default=True,
               help="Seconds to wait for every GNAB agent's HELLO.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write a connectivity picture (PNG) per step into this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
-        remove_lab: bool, iphys: int, hello_timeout: float, as_json: bool) -> None:
+        remove_lab: bool, iphys: int, hello_timeout: float, as_json: bool,
+        plot_dir: Path | None = None) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -62,7 +65,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     """
     loaded = load_scenario(scenario, nestednet_iphys=iphys)
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
-                                 remove_lab=remove_lab, hello_timeout=hello_timeout)
+                                 remove_lab=remove_lab, hello_timeout=hello_timeout,
+                                 plot_dir=plot_dir)
     options.created_lab = session.ensure_lab(loaded, options, notify=progress)
     stop = threading.Event()
     live = session.Live()

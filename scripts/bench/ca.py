@@ -10,8 +10,9 @@ generator; a step counts as settled when every visible pair with a free iPHY on 
 sides is linked.
 
 Prints JSON (median and p90 per agent count, plus the raw per-step values) and,
-with --plot FILE, a PNG. The 12-node containerised case is measured by
-`scripts/bench/ca.py --lab LAB` against a lab made by `nestednet create`.
+with --plot FILE, a PNG. `--lab-nodes 12` adds the containerised case: a real lab
+(Docker-in-Docker nodes, GNAB agents in their children, the lab's main bridge), made
+and deleted by the benchmark, stepped through the same way.
 """
 
 from __future__ import annotations
@@ -103,6 +104,51 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
             "violations": sum(r["violations"] for r in results)}
 
 
+def measure_lab(nodes: int, iphys: int, steps: int, seed: int, settle_timeout: float) -> dict:
+    """The same per-step measurement on a real lab of ``nodes`` x ``iphys``."""
+    from nestednet.ca.session import CaSession
+    from nestednet.lab.create import CreateRequest, create
+    from nestednet.lab.nodes import Lab
+    from nestednet.lab.record import LabRecord
+    from nestednet.lab.teardown import delete_lab
+
+    lab_name = "cabench"
+    if LabRecord(lab_name).exists():
+        delete_lab(LabRecord(lab_name))
+    scenario = generate(nodes=nodes, duration=steps, step=1, range_=250.0,
+                        model="random-waypoint", seed=seed, iphys=iphys)
+    create(CreateRequest(lab=lab_name, nodes=nodes, iphys=iphys))
+    results = []
+    try:
+        lab = Lab.open(lab_name)
+        with CaSession(scenario, lab, lab.record.path / "events.jsonl") as session:
+            session.wait_for_hellos(120, threading.Event())
+            for index in range(len(scenario.steps)):
+                session.apply_step(index)
+                start = time.monotonic()
+                while not (settled := session.settled()):
+                    if time.monotonic() - start > settle_timeout:
+                        break
+                    time.sleep(0.002)
+                progress = session.server.call(lambda: session.ca.progress)
+                results.append({"step": index, "settled": settled,
+                                "ms": round((progress.last_change - progress.started) * 1000, 2),
+                                "links_up": progress.links_up,
+                                "links_down": progress.links_down,
+                                "requests": progress.requests,
+                                "visible_pairs": len(scenario.steps[index].visible),
+                                "violations": len(session.table.violations())})
+    finally:
+        delete_lab(LabRecord(lab_name))
+    changed = [r["ms"] for r in results[1:] if r["links_up"] or r["links_down"]]
+    return {"agents": nodes, "containerised": True, "iphys": iphys, "steps": results,
+            "median_ms": round(statistics.median(changed), 2) if changed else None,
+            "p90_ms": round(statistics.quantiles(changed, n=10)[-1], 2)
+            if len(changed) >= 2 else None,
+            "all_settled": all(r["settled"] for r in results),
+            "violations": sum(r["violations"] for r in results)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, nargs="+", default=[100, 200])
@@ -110,6 +156,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--settle-timeout", type=float, default=10.0)
+    parser.add_argument("--lab-nodes", type=int, default=0,
+                        help="also measure a real containerised lab of this many nodes")
     parser.add_argument("--plot", type=Path, help="write a PNG of per-step times here")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -124,6 +172,9 @@ def main() -> None:
     finally:
         with Ovsdb() as ovs:
             ovs.del_bridge(BRIDGE)
+    if args.lab_nodes:
+        runs.append(measure_lab(args.lab_nodes, args.iphys, args.steps, args.seed,
+                                args.settle_timeout))
     report = {"benchmark": "ca", "cores": os.cpu_count(),
               "datapath": capabilities.ovs_datapath(), "target_ms_100_nodes": 100,
               "runs": runs}
@@ -137,7 +188,8 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(7, 4))
         for run in runs:
             ax.plot([r["step"] for r in run["steps"]], [r["ms"] for r in run["steps"]],
-                    marker="o", label=f"{run['agents']} agents")
+                    marker="o", label=f"{run['agents']} "
+                    + ("containerised nodes" if run.get("containerised") else "agents"))
         ax.axhline(100, color="grey", linestyle="--", label="target (100 ms)")
         ax.set_xlabel("scenario step")
         ax.set_ylabel("step start -> last flow installed (ms)")

@@ -215,3 +215,40 @@ def test_agents_with_more_iphys_than_the_scenario_do_not_storm(tmp_path):
         for thread in threads:
             thread.join(timeout=5)
         server.stop()
+
+
+def test_player_reports_each_step_and_pictures_are_written(tmp_path):
+    """Player.play calls on_step_done once per played step, in order; StepPictures draws
+    one PNG for each from this run's own events."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from nestednet.ca.player import Player
+    from nestednet.ca.session import StepPictures
+    from nestednet.model.scenario_file import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
+    table = LinkTable(scenario.iphy_inventory())
+    server = ControlServer(listen("127.0.0.1", 0))
+    ca = CommunicationAssistant(server, table, RecordingInstaller(),
+                                node_ids={n.name: n.node_id for n in scenario.nodes},
+                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
+                                events=EventLog(None))
+    server.start(ca)
+    done: list[int] = []
+    try:
+        session = SimpleNamespace(server=server, events=ca.events)
+        with StepPictures(scenario, session, tmp_path / "plots") as pictures:
+            def step_done(index: int) -> None:
+                done.append(index)
+                pictures.step_done(index)
+
+            result = Player(scenario, server, ca, speed=300).play(threading.Event(),
+                                                                 on_step_done=step_done)
+    finally:
+        server.stop()
+    assert result.steps_played == len(scenario.steps) and not result.interrupted
+    assert done == list(range(len(scenario.steps)))
+    pngs = sorted((tmp_path / "plots").glob("step-*.png"))
+    assert [p.name for p in pngs] == [f"step-{i:03d}.png" for i in range(1, 4)]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
