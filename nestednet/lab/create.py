@@ -160,12 +160,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
                                    security, template, clock, notify)
             builder.build_all()
         except BaseException as exc:
-            try:
-                teardown.delete_lab(record, client=client, ovs=host_ovs)
-            except Exception as undo:  # keep the first error; say what is left
-                if isinstance(exc, NestedNetError):
-                    exc.hint = (f"rolling back failed too ({undo}); "
-                                "`nestednet cleanup` removes what is left")
+            roll_back(record, client, host_ovs, exc)
             raise
         meta["status"] = "complete"
         meta["create_s"] = round(time.monotonic() - started, 3)
@@ -174,6 +169,18 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
         return meta
     finally:
         host_ovs.close()
+
+
+def roll_back(record: LabRecord, client: docker.DockerClient, host_ovs: Ovsdb,
+              error: BaseException) -> None:
+    """Remove what a failed create made; the first error stays the one reported, and
+    says what is left if removing fails too."""
+    try:
+        teardown.delete_lab(record, client=client, ovs=host_ovs)
+    except Exception as undo:
+        if isinstance(error, NestedNetError):
+            error.hint = (f"rolling back failed too ({undo}); "
+                          "`nestednet cleanup` removes what is left")
 
 
 def _start_time(pid: int) -> str:

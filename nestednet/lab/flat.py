@@ -49,7 +49,6 @@ from nestednet import capabilities, images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
-from nestednet.lab import teardown
 from nestednet.lab.record import CONTAINER, OVS_BRIDGE, VETH, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
@@ -179,8 +178,8 @@ def create_flat(request, notify: Notify = lambda phase, node: None) -> dict:
             builder = _FlatBuilder(request, plan, record, client, host_ovs, datapath, clock,
                                    notify)
             builder.build_all()
-        except BaseException:
-            teardown.delete_lab(record, client=client, ovs=host_ovs)
+        except BaseException as exc:
+            lab_create.roll_back(record, client, host_ovs, exc)
             raise
         meta["status"] = "complete"
         meta["create_s"] = round(time.monotonic() - started, 3)
