@@ -106,7 +106,7 @@ def test_loss_ten_percent(topo):
 @pytest.mark.kernel
 def test_rate_limits_tcp_goodput(topo):
     """Default shaper only. HFSC over netem measured 95 % once and 85 % once (loaded VM):
-    its goodput is reported by scripts/bench/linkemu.py --shaper hfsc, not asserted."""
+    its goodput is reported by scripts/bench/linkemu_shaping.py --shaper hfsc, not asserted."""
     shaper = shaping.DEFAULT_SHAPER
     apply_doc(links_doc(topo, {"rate": "4Mbit", "delay": "2ms"}, {"rate": "100Mbit"}), shaper)
     got = lestopo.iperf3("C1", topo, seconds=4)["bps"]
@@ -170,7 +170,7 @@ def test_head_of_line(topo, load):
     """Link A (1 ms) keeps its RTT while link B (200 ms) on the same port is saturated.
 
     Asserted for the default shaper (HTB). HFSC is measured, not asserted, by
-    scripts/bench/linkemu.py: with a netem leaf it fails intermittently (A's median
+    scripts/bench/linkemu_shaping.py: with a netem leaf it fails intermittently (A's median
     RTT 252 ms in one VM run, within 0.4 ms in another), see linkemu/README.md.
 
     B is loaded either by a TCP transfer (cwnd-limited: B's netem holds packets that
