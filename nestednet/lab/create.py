@@ -162,13 +162,18 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
         except BaseException as exc:
             roll_back(record, client, host_ovs, exc)
             raise
-        meta["status"] = "complete"
-        meta["create_s"] = round(time.monotonic() - started, 3)
-        meta["timings"] = clock.summary()
-        record.write_meta(meta)
-        return meta
+        return complete(record, meta, started, clock)
     finally:
         host_ovs.close()
+
+
+def complete(record: LabRecord, meta: dict, started: float, clock: PhaseClock) -> dict:
+    """Mark the lab complete in its record, with its create time and phase timings."""
+    meta["status"] = "complete"
+    meta["create_s"] = round(time.monotonic() - started, 3)
+    meta["timings"] = clock.summary()
+    record.write_meta(meta)
+    return meta
 
 
 def roll_back(record: LabRecord, client: docker.DockerClient, host_ovs: Ovsdb,

@@ -181,11 +181,7 @@ def create_flat(request, notify: Notify = lambda phase, node: None) -> dict:
         except BaseException as exc:
             lab_create.roll_back(record, client, host_ovs, exc)
             raise
-        meta["status"] = "complete"
-        meta["create_s"] = round(time.monotonic() - started, 3)
-        meta["timings"] = clock.summary()
-        record.write_meta(meta)
-        return meta
+        return lab_create.complete(record, meta, started, clock)
     finally:
         host_ovs.close()
 
@@ -365,20 +361,12 @@ def component_pids(container_pid: int) -> dict[str, int]:
 
 def node_status(lab, number: int, plan: AddressPlan) -> dict:
     """One node of `nestednet status` for a flat lab (components are processes)."""
-    from nestednet.lab.nodes import cgroup_memory
+    from nestednet.lab.status import node_container
 
-    name = topo.parent_container(lab.record.lab, number)
-    entry: dict = {"node": topo.node_name(number), "container": name, "kind": KIND}
-    try:
-        container = lab.client.containers.get(name)
-    except docker.errors.NotFound:
-        entry.update(state="missing", components=[])
+    entry, container, pid = node_container(lab, number)
+    entry["kind"] = KIND
+    if container is None:
         return entry
-    entry["state"] = container.status
-    pid = int(container.attrs["State"].get("Pid") or 0)
-    memory = cgroup_memory(pid) if pid else None
-    entry["memory_mb"] = round(memory["used"] / (1024 * 1024), 1) if memory else None
-    entry["memory"] = memory
     pids = component_pids(pid) if pid else {}
     components = []
     for index, component in enumerate(lab.shape.components()):

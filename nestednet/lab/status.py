@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import docker.errors
 
 from nestednet.errors import EnvironmentProblem
@@ -36,19 +38,30 @@ def status(lab: Lab) -> dict:
     }
 
 
-def _node(lab: Lab, number: int, plan) -> dict:
+def node_container(lab: Lab, number: int) -> tuple[dict, Any, int]:
+    """The part of a node's status both designs share: its container, state and memory.
+
+    Returns (entry, container or None when missing, the container's host pid or 0).
+    """
     name = topo.parent_container(lab.record.lab, number)
     entry: dict = {"node": topo.node_name(number), "container": name}
     try:
-        parent = lab.client.containers.get(name)
+        container = lab.client.containers.get(name)
     except docker.errors.NotFound:
         entry.update(state="missing", components=[])
-        return entry
-    entry["state"] = parent.status
-    pid = int(parent.attrs["State"].get("Pid") or 0)
+        return entry, None, 0
+    entry["state"] = container.status
+    pid = int(container.attrs["State"].get("Pid") or 0)
     memory = cgroup_memory(pid) if pid else None
     entry["memory_mb"] = round(memory["used"] / MB, 1) if memory else None
     entry["memory"] = memory
+    return entry, container, pid
+
+
+def _node(lab: Lab, number: int, plan) -> dict:
+    entry, parent, _pid = node_container(lab, number)
+    if parent is None:
+        return entry
     states = {}
     if parent.status == "running":
         try:
