@@ -138,17 +138,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
         mode = capabilities.parent_security_mode(images.DIND_IMAGE)
         security = (capabilities.PARENT_PRIVILEGED_OPTIONS if mode == "privileged"
                     else capabilities.PARENT_CAPSET_OPTIONS)
-        meta = {
-            "lab": request.lab, "status": "creating", "creator_pid": os.getpid(),
-            "creator_start": _start_time(os.getpid()),
-            "nodes": shape.nodes, "iphys": shape.iphys, "cpus": request.cpus,
-            "memory_mb": request.memory_mb, "datapath": datapath, "parent_security": mode,
-            "plan": plan.as_dict(), "main_bridge": topo.main_bridge(request.lab),
-            "ca": {"netns": topo.control_netns(request.lab),
-                   "bridge": topo.control_bridge(request.lab),
-                   "address": str(plan.ca_address()), "port": CA_PORT},
-            "created_at": time.time(),
-        }
+        meta = initial_meta(request, shape, plan, datapath, mode)
         record.write_meta(meta)
         clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
         try:
@@ -165,6 +155,23 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
         return complete(record, meta, started, clock)
     finally:
         host_ovs.close()
+
+
+def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, datapath: str,
+                 parent_security: str, **extra: object) -> dict:
+    """The lab record written before anything is made (status "creating")."""
+    return {
+        "lab": request.lab, **extra, "status": "creating", "creator_pid": os.getpid(),
+        "creator_start": _start_time(os.getpid()),
+        "nodes": shape.nodes, "iphys": shape.iphys, "cpus": request.cpus,
+        "memory_mb": request.memory_mb, "datapath": datapath,
+        "parent_security": parent_security,
+        "plan": plan.as_dict(), "main_bridge": topo.main_bridge(request.lab),
+        "ca": {"netns": topo.control_netns(request.lab),
+               "bridge": topo.control_bridge(request.lab),
+               "address": str(plan.ca_address()), "port": CA_PORT},
+        "created_at": time.time(),
+    }
 
 
 def complete(record: LabRecord, meta: dict, started: float, clock: PhaseClock) -> dict:

@@ -159,18 +159,9 @@ def create_flat(request, notify: Notify = lambda phase, node: None) -> dict:
         lab_create._check_free(request.lab, record, client, host_ovs, shape)
         record.claim()
         datapath = capabilities.ovs_datapath()
-        meta = {
-            "lab": request.lab, "kind": KIND, "status": "creating",
-            "creator_pid": os.getpid(), "creator_start": lab_create._start_time(os.getpid()),
-            "nodes": shape.nodes, "iphys": shape.iphys, "cpus": request.cpus,
-            "memory_mb": request.memory_mb, "datapath": datapath,
-            "parent_security": "flat (component image, default capabilities)",
-            "plan": plan.as_dict(), "main_bridge": topo.main_bridge(request.lab),
-            "ca": {"netns": topo.control_netns(request.lab),
-                   "bridge": topo.control_bridge(request.lab),
-                   "address": str(plan.ca_address()), "port": CA_PORT},
-            "created_at": time.time(),
-        }
+        meta = lab_create.initial_meta(
+            request, shape, plan, datapath, "flat (component image, default capabilities)",
+            kind=KIND)
         record.write_meta(meta)
         try:
             with clock.span(lab_create.LAB_PHASE):
@@ -361,7 +352,7 @@ def component_pids(container_pid: int) -> dict[str, int]:
 
 def node_status(lab, number: int, plan: AddressPlan) -> dict:
     """One node of `nestednet status` for a flat lab (components are processes)."""
-    from nestednet.lab.status import node_container
+    from nestednet.lab.status import component_addresses, node_container
 
     entry, container, pid = node_container(lab, number)
     entry["kind"] = KIND
@@ -370,14 +361,10 @@ def node_status(lab, number: int, plan: AddressPlan) -> dict:
     pids = component_pids(pid) if pid else {}
     components = []
     for index, component in enumerate(lab.shape.components()):
-        item = {"component": component,
-                "state": "running" if component in pids else "not running",
-                "pid": pids.get(component), "intra": str(plan.intra_address(index)),
-                "interface": intra_if(index)}
-        if index == 0:
-            item["control"] = str(plan.control_address(number))
-        else:
-            item["inter"] = str(plan.inter_address(number, index))
-        components.append(item)
+        components.append({"component": component,
+                           "state": "running" if component in pids else "not running",
+                           "pid": pids.get(component),
+                           **component_addresses(plan, number, index),
+                           "interface": intra_if(index)})
     entry["components"] = components
     return entry

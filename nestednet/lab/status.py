@@ -58,6 +58,16 @@ def node_container(lab: Lab, number: int) -> tuple[dict, Any, int]:
     return entry, container, pid
 
 
+def component_addresses(plan, number: int, index: int) -> dict[str, str]:
+    """A component's addresses: intra-node, and control (GNAB) or inter-node (iPHY)."""
+    item = {"intra": str(plan.intra_address(index))}
+    if index == 0:
+        item["control"] = str(plan.control_address(number))
+    else:
+        item["inter"] = str(plan.inter_address(number, index))
+    return item
+
+
 def _node(lab: Lab, number: int, plan) -> dict:
     entry, parent, _pid = node_container(lab, number)
     if parent is None:
@@ -72,12 +82,7 @@ def _node(lab: Lab, number: int, plan) -> dict:
             pass
     components = []
     for index, component in enumerate(lab.shape.components()):
-        item = {"component": component, "state": states.get(component, "unknown"),
-                "intra": str(plan.intra_address(index))}
-        if index == 0:
-            item["control"] = str(plan.control_address(number))
-        else:
-            item["inter"] = str(plan.inter_address(number, index))
-        components.append(item)
+        components.append({"component": component, "state": states.get(component, "unknown"),
+                           **component_addresses(plan, number, index)})
     entry["components"] = components
     return entry
