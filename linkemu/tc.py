@@ -15,9 +15,11 @@ from ipaddress import IPv4Address
 from typing import Any
 
 from pyroute2 import IPRoute, NetlinkError
+from pyroute2.ethtool import Ethtool
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from linkemu.tcplan import TcOp
+from nestednet.adapters import netlink
 from nestednet.errors import EnvironmentProblem
 
 OUR_ROOT = 0x10000
@@ -46,11 +48,8 @@ def rtnl(netns: str | None) -> Iterator[IPRoute]:
     if netns is not None and not os.path.exists(os.path.join(NETNS_DIR, netns)):
         raise EnvironmentProblem(f"network namespace {netns} does not exist",
                                  hint="start the emulator (e.g. `linkemu testbed up`) first")
-    ipr = IPRoute(netns=netns) if netns else IPRoute()
-    try:
+    with netlink.route(netns) as ipr:
         yield ipr
-    finally:
-        ipr.close()
 
 
 def port_index(ipr: IPRoute, port: str) -> int:
@@ -162,17 +161,8 @@ def disable_offloads(netns: str | None, ports: Sequence[str]) -> dict[str, list[
 
     Returns the features that were switched off per port.
     """
-    from pyroute2 import netns as pyroute2_netns
-    from pyroute2.ethtool import Ethtool
-
     changed: dict[str, list[str]] = {}
-    if netns is not None:
-        pyroute2_netns.pushns(netns)
-    try:
-        ethtool = Ethtool()
-    finally:
-        if netns is not None:
-            pyroute2_netns.popns()
+    ethtool = _ethtool(netns)
     try:
         for port in ports:
             features = ethtool.get_features(port)
@@ -192,17 +182,14 @@ def disable_offloads(netns: str | None, ports: Sequence[str]) -> dict[str, list[
     return changed
 
 
-def offloads(netns: str | None, port: str) -> dict[str, bool]:
-    from pyroute2 import netns as pyroute2_netns
-    from pyroute2.ethtool import Ethtool
+def _ethtool(netns: str | None) -> Ethtool:
+    """An Ethtool whose sockets live in ``netns``: its ioctls and genetlink requests act
+    on that namespace's interfaces, whichever thread uses it afterwards."""
+    return Ethtool() if netns is None else netlink.in_namespace(netns, Ethtool)
 
-    if netns is not None:
-        pyroute2_netns.pushns(netns)
-    try:
-        ethtool = Ethtool()
-    finally:
-        if netns is not None:
-            pyroute2_netns.popns()
+
+def offloads(netns: str | None, port: str) -> dict[str, bool]:
+    ethtool = _ethtool(netns)
     try:
         features = ethtool.get_features(port).features
         return {name: features[name].enable for name in OFFLOADS if name in features}

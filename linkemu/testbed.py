@@ -8,7 +8,7 @@ Client i is 198.18.i.2/24 behind the edge router (198.18.i.1); the trunk is
 server .2) - the benchmarking range, so nothing here can stand for a real host.
 Every resource is recorded in ``<state dir>/testbed.json`` the moment it exists, so
 `down` removes exactly what `up` made (also after a failed `up`), and nothing else.
-Namespaces, veths and addresses through pyroute2; the bridge through OVSDB.
+Namespaces, veths and addresses through the netlink adapter; the bridge through OVSDB.
 """
 
 from __future__ import annotations
@@ -188,8 +188,6 @@ def up(layout: Layout, *, directory: str | Path | None = None,
        rest_port: int = router.DEFAULT_REST_PORT,
        start_timeout: float | None = None) -> Testbed:
     """Build the testbed; on any failure remove what was built and re-raise."""
-    from pyroute2 import netns
-
     where = router.state_dir(directory)
     if not capabilities.is_root():
         raise EnvironmentProblem("`linkemu testbed up` needs root (network namespaces, veths, "
@@ -205,7 +203,7 @@ def up(layout: Layout, *, directory: str | Path | None = None,
     began = time.monotonic()
     try:
         for name in layout.namespaces():
-            netns.create(name)
+            netlink.create_netns(name)
             record.add("netns", name)
         _build_links(layout, record)
         _configure_namespaces(layout)
@@ -247,12 +245,11 @@ def up(layout: Layout, *, directory: str | Path | None = None,
 
 
 def _preflight(layout: Layout) -> None:
-    from pyroute2 import IPRoute, netns
-
-    clashes = [f"network namespace {n}" for n in layout.namespaces() if n in netns.listnetns()]
-    with IPRoute() as ipr:
+    existing = netlink.list_netns()
+    clashes = [f"network namespace {n}" for n in layout.namespaces() if n in existing]
+    with netlink.route() as ipr:
         for name in host_link_names(layout):
-            if ipr.link_lookup(ifname=name):
+            if netlink.exists(ipr, name):
                 clashes.append(f"interface {name}")
     with Ovsdb() as db:
         if db.bridge_exists(layout.bridge):
@@ -273,59 +270,32 @@ def host_link_names(layout: Layout) -> list[str]:
 
 
 def _build_links(layout: Layout, record: _Record) -> None:
-    """Create each veth pair on the host, offloads off, then move ends into namespaces.
-
-    TX checksum offload is turned off on both ends of every veth: on the userspace
-    (netdev) datapath TCP stalls otherwise (PLATFORM.md). It is done before the move
-    because the ethtool ioctl acts in the caller's namespace.
-    """
-    from pyroute2 import IPRoute
-
+    """Create each veth pair on the host (TX checksum offload off on both ends, without
+    which TCP stalls on the userspace datapath), then move its ends into namespaces."""
     p = layout.prefix
     pairs = [(layout.client_port, f"{p}-clip", None, layout.edge_ns, "trunk"),
              (layout.server_port, f"{p}-srvp", None, layout.server_ns, "eth0")]
     for i in range(1, layout.clients + 1):
         pairs.append((f"{p}-c{i}e", f"{p}-c{i}h", (layout.edge_ns, f"c{i}"),
                       layout.client_ns(i), "eth0"))
-    with IPRoute() as ipr:
+    with netlink.route() as ipr:
         for a, b, a_dest, b_ns, b_name in pairs:
-            ipr.link("add", ifname=a, kind="veth", peer=b)
+            netlink.add_veth(ipr, a, b)
             record.add("link", a)
-            for name in (a, b):
-                _tx_checksum_off(name)
-            _move(ipr, b, b_ns, b_name)
+            netlink.move(ipr, b, b_ns, b_name)
             if a_dest is None:
-                ipr.link("set", index=ipr.link_lookup(ifname=a)[0], state="up")
+                netlink.up(ipr, a)
             else:
-                _move(ipr, a, *a_dest)
-
-
-def _tx_checksum_off(ifname: str) -> None:
-    from pyroute2.ethtool.ioctl import IoctlEthtool
-
-    tool = IoctlEthtool(ifname)
-    try:
-        tool.set_offload_flag("tx-checksumming", 0)
-    finally:
-        tool.close()
-
-
-def _move(ipr: object, ifname: str, namespace: str, new_name: str) -> None:
-    index = ipr.link_lookup(ifname=ifname)[0]  # type: ignore[attr-defined]
-    ipr.link("set", index=index, net_ns_fd=namespace, ifname=new_name)  # type: ignore[attr-defined]
+                netlink.move(ipr, a, *a_dest)
 
 
 def _configure_namespaces(layout: Layout) -> None:
-    from pyroute2 import NetNS
-
     def setup(ns_name: str, addresses: dict[str, IPv4Interface],
               gateway: IPv4Address | None) -> None:
-        with NetNS(ns_name) as ns:
-            for ifname in ("lo", *addresses):
-                ns.link("set", index=ns.link_lookup(ifname=ifname)[0], state="up")
+        with netlink.route(ns_name) as ns:
+            netlink.up(ns, "lo")
             for ifname, address in addresses.items():
-                ns.addr("add", index=ns.link_lookup(ifname=ifname)[0],
-                        address=str(address.ip), prefixlen=address.network.prefixlen)
+                netlink.configure(ns, ifname, address)
             if gateway is not None:
                 ns.route("add", dst="0.0.0.0/0", gateway=str(gateway))
 
@@ -348,8 +318,6 @@ def _configure_namespaces(layout: Layout) -> None:
 
 def down(directory: str | Path | None = None) -> list[str]:
     """Remove everything the recorded testbed made, newest first; idempotent."""
-    from pyroute2 import IPRoute, netns
-
     where = router.state_dir(directory)
     if not (where / STATE_FILE).exists():
         return []
@@ -371,13 +339,10 @@ def down(directory: str | Path | None = None) -> list[str]:
                     db.del_bridge(name)
                     removed.append(f"bridge {name}")
         elif kind == "link":
-            with IPRoute() as ipr:
-                index = ipr.link_lookup(ifname=name)
-                if index:
-                    ipr.link("del", index=index[0])
+            with netlink.route() as ipr:
+                if netlink.delete(ipr, name):
                     removed.append(f"interface {name}")
-        elif kind == "netns" and name in netns.listnetns():
-            netns.remove(name)
+        elif kind == "netns" and netlink.remove_netns(name):
             removed.append(f"namespace {name}")
     record.path.unlink()
     return removed

@@ -7,7 +7,8 @@ qdiscs exactly as they were; the HTB path still shapes rate-only links.
 from __future__ import annotations
 
 import json
-import sys
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,17 @@ from click.testing import CliRunner
 from linkemu import linksfile, shaping, tc
 from linkemu.cli import main
 from nestednet import capabilities
+from nestednet.adapters import netlink
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernel"))
-import lestopo  # the shaping tests' own les* topology
+
+@dataclass(frozen=True)
+class Ports:
+    """Two emulator ports in a namespace of the test's own (a veth pair; tc needs no
+    traffic to show what it holds)."""
+
+    emu: str
+    client_port: str = "les-cli"
+    server_port: str = "les-srv"
 
 
 @pytest.fixture
@@ -26,10 +35,18 @@ def topo(tmp_path, monkeypatch):
     if capabilities.available_qdiscs()["netem"]:
         pytest.skip("this kernel has sch_netem: the refusal path cannot be shown here")
     monkeypatch.setenv(shaping.STATE_DIR_ENV, str(tmp_path / "state"))
-    built = lestopo.build()
-    yield built
-    shaping.clear()
-    lestopo.destroy()
+    ports = Ports(emu=f"les-{uuid.uuid4().hex[:6]}")
+    netlink.create_netns(ports.emu)
+    try:
+        with netlink.route(ports.emu) as ipr:
+            ipr.link("add", ifname=ports.client_port, kind="veth",
+                     peer={"ifname": ports.server_port})
+            for name in (ports.client_port, ports.server_port):
+                netlink.up(ipr, name)
+        yield ports
+        shaping.clear()
+    finally:
+        netlink.remove_netns(ports.emu)
 
 
 def write_links(tmp_path, topo, *, rate_only: bool) -> Path:
