@@ -3,9 +3,10 @@
 PyPI `ryu` no longer builds or runs on 3.11; os-ken dropped rest_router in 2.0, so we
 pin os-ken 1.4.1 with eventlet 0.33.3. That eventlet no longer defines
 ``eventlet.wsgi.ALREADY_HANDLED``, which os-ken's WSGI layer still reads at import
-time; defining it before os_ken is imported is the whole shim. The router process
-is started through this module too (``python -m linkemu.os_ken_compat ARGS``), so no
-other code imports os_ken. tests/unit/test_os_ken_compat.py fails if this stops
+time; defining it before os_ken is imported is the import shim. One setting is
+tuned when the router runs (``patch_rest_router``: its OpenFlow reply timeout). The
+router process is started through this module too (``python -m linkemu.os_ken_compat
+ARGS``), so no other code imports os_ken. tests/unit/test_os_ken_compat.py fails if this stops
 being enough.
 """
 
@@ -17,6 +18,12 @@ from importlib import metadata
 from types import ModuleType
 
 REST_ROUTER_APP = "os_ken.app.rest_router"
+REPLY_TIMEOUT_S = 5.0
+"""How long rest_router waits for the switch's flow list, which it needs to delete routes.
+Its own 1 s is too short when the controller has a backlog of packet-ins (seen in the
+software-emulated VM right after a burst of pings to new hosts): the list came late,
+rest_router deleted no route, and re-configuring the router failed. Kept below the
+REST client's 10 s timeout (linkemu.router_api)."""
 
 
 def apply() -> None:
@@ -58,8 +65,19 @@ def manager_command(*, ofp_host: str, ofp_port: int, rest_host: str, rest_port: 
             "--wsapi-host", rest_host, "--wsapi-port", str(rest_port), *apps]
 
 
+def patch_rest_router(rest_router: ModuleType) -> None:
+    """Give rest_router a reply timeout a busy controller can meet (REPLY_TIMEOUT_S).
+
+    rest_router reads the module global on every request, so setting it once is enough.
+    """
+    if not isinstance(getattr(rest_router, "OFP_REPLY_TIMER", None), float):
+        raise RuntimeError("os_ken.app.rest_router has no OFP_REPLY_TIMER: the pinned "
+                           "os-ken changed; review linkemu/os_ken_compat.py")
+    rest_router.OFP_REPLY_TIMER = REPLY_TIMEOUT_S
+
+
 def run_manager(argv: list[str]) -> None:
-    apply()
+    patch_rest_router(import_rest_router())
     from os_ken.cmd import manager
 
     manager.main(args=argv)

@@ -100,10 +100,10 @@ class RouterApi:
         """Delete every route, then every address (routes pin their gateway's address).
 
         rest_router deletes a route only by the flows the switch lists for it, and waits
-        1 s for that list. When the list comes late (seen in the software-emulated VM
-        while the controller handled a packet-in for every packet addressed to a
-        gateway) it deletes nothing and says "Data is nothing"; that is caught here by
-        reading the routes back, rather than surfacing as a refused address delete.
+        a limited time for that list (os_ken_compat.REPLY_TIMEOUT_S). When the list
+        comes later (seen in the software-emulated VM with a backlog of packet-ins) it
+        deletes nothing and says "Data is nothing"; that is caught here by reading the
+        routes back, rather than surfacing as a refused address delete.
         """
         for body in ({"route_id": "all"}, {"address_id": "all"}):
             try:
@@ -117,8 +117,8 @@ class RouterApi:
                     raise EnvironmentProblem(
                         f"the router did not delete its routes ({', '.join(sorted(left))}): "
                         "it deletes them through the switch's flow list, which did not "
-                        "come within its 1 s timeout (controller busy, e.g. with traffic "
-                        "addressed to a gateway itself, or a slow machine)",
+                        "come in time (a controller busy with packet-ins, e.g. traffic "
+                        "to many new hosts or to a gateway itself, or a slow machine)",
                         hint="try again when the traffic is lower; `linkemu router status` "
                              "shows what the router holds")
 

@@ -33,6 +33,9 @@ from linkemu import linksfile, measure, shaping, testbed  # noqa: E402
 from nestednet import capabilities  # noqa: E402
 
 LAYOUT = testbed.Layout(clients=2, prefix="leb")
+PAYLOAD_SHARE = 1448 / 1514
+"""TCP payload per full Ethernet frame (MTU 1500, timestamps on): the most goodput a
+shaper that counts whole frames can give."""
 SERVER = str(LAYOUT.SERVER.ip)
 C1, C2 = LAYOUT.client_ns(1), LAYOUT.client_ns(2)
 
@@ -157,6 +160,8 @@ def plot(out: dict, path: Path) -> None:
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
     conf = [g["configured_mbit"] for g in out["goodput"]]
     left.plot(conf, conf, "--", color="grey", label="configured")
+    left.plot(conf, [c * PAYLOAD_SHARE for c in conf], ":", color="black",
+              label="configured x 1448/1514 (headers)")
     left.plot(conf, [g["observed_mbit"] for g in out["goodput"]], "o-",
               label="iperf3 TCP goodput (median)")
     left.set(xscale="log", yscale="log", xlabel="configured rate (Mbit/s)",
@@ -181,8 +186,12 @@ def plot(out: dict, path: Path) -> None:
         right.plot([i] * len(vals), vals, "o", color="C3" if max(vals) > 2 else "C2")
     right.axhline(2.0, color="grey", linestyle="--", label="2 ms criterion")
     right.set_xticks(range(len(labels)), labels, fontsize="small")
-    right.set(ylabel="rise of A's median RTT (ms)", yscale="symlog",
-              title="Head-of-line (A 1 ms, B saturated)")
+    worst = max((v for vals in values for v in vals if v == v), default=0.0)
+    if worst > 10:
+        right.set_yscale("symlog", linthresh=2.0)
+    else:
+        right.set_ylim(-1.0, max(3.0, worst + 0.5))
+    right.set(ylabel="rise of A's median RTT (ms)", title="Head-of-line (A 1 ms, B saturated)")
     right.legend(fontsize="small")
     note = f"set: median {out['set_seconds']['median'] * 1000:.0f} ms" if "set_seconds" in out \
         else ""

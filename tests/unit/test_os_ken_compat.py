@@ -39,6 +39,21 @@ def test_rest_router_imports_with_the_shim_and_has_what_linkemu_uses(router_env:
 
 
 @pytest.mark.unit
+def test_the_router_gets_a_reply_timeout_a_busy_controller_can_meet() -> None:
+    # rest_router must read the module global where it waits for replies, or setting
+    # it would change nothing.
+    done = _python(
+        "import inspect, linkemu.os_ken_compat as c\n"
+        "rr = c.import_rest_router()\n"
+        "assert rr.OFP_REPLY_TIMER == 1.0, rr.OFP_REPLY_TIMER\n"
+        "assert 'timeout=OFP_REPLY_TIMER' in inspect.getsource(rr.OfCtl.send_stats_request)\n"
+        "c.patch_rest_router(rr)\n"
+        "print(rr.OFP_REPLY_TIMER)\n")
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == os_ken_compat.REPLY_TIMEOUT_S
+
+
+@pytest.mark.unit
 def test_manager_entry_parses_the_loopback_options() -> None:
     # --help makes os-ken's manager parse its whole option set (registered by the
     # controller and wsgi modules) and exit: proof that `python -m linkemu.os_ken_compat`
