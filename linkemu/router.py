@@ -375,8 +375,8 @@ def configure(plan: RouterPlan, directory: str | Path | None = None, *,
     have_routes = {d: g for d, (_, g) in before.routes.items()}
     if set(before.addresses) == want_addresses and have_routes == want_routes:
         return {"changed": False, "requests": 0, "seconds": 0.0, "routes_pending": []}
-    api.delete_all(state.dpid)
     try:
+        api.delete_all(state.dpid)
         for a in plan.addresses:
             api.add_address(state.dpid, str(a.address))
         for r in plan.routes:
