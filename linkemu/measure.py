@@ -121,10 +121,8 @@ def report(server: subprocess.Popen, timeout: float = 60.0) -> dict:
 
 
 def iperf3_client(namespace: str, server: str, *, seconds: float, port: int = IPERF3_PORT,
-                  bind: str | None = None, udp_rate: str | None = None) -> subprocess.Popen:
+                  udp_rate: str | None = None) -> subprocess.Popen:
     argv = ["iperf3", "-c", server, "-p", str(port), "-t", str(seconds), "-J"]
-    if bind:
-        argv += ["-B", bind]
     if udp_rate:
         argv += ["-u", "-b", udp_rate]
     return netns_exec.popen(namespace, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -159,10 +157,10 @@ def interval_rates(server_report: dict, since: float = 0.0,
 
 
 def goodput(client_ns: str, server_ns: str, server_ip: str, *, seconds: float = 5,
-            bind: str | None = None, port: int = IPERF3_PORT) -> float:
+            port: int = IPERF3_PORT) -> float:
     """TCP goodput client -> server in bit/s, as received, over ``seconds``."""
     with iperf3_server(server_ns, server_ip, port) as server:
-        finish(iperf3_client(client_ns, server_ip, seconds=seconds, port=port, bind=bind),
+        finish(iperf3_client(client_ns, server_ip, seconds=seconds, port=port),
                timeout=seconds * 10 + 60)
         return received_bps(report(server))
 
@@ -185,8 +183,7 @@ class HeadOfLine:
 
 
 def head_of_line(a_ns: str, b_ns: str, server_ns: str, server_ip: str, *, load: str,
-                 udp_rate: str = "20M", port: int = 5299,
-                 b_bind: str | None = None) -> HeadOfLine:
+                 udp_rate: str = "20M", port: int = 5299) -> HeadOfLine:
     """A's RTT idle, then while B (sharing A's shaped port) is saturated.
 
     ``load`` "tcp": one TCP transfer (cwnd-limited, so B's netem holds packets not yet
@@ -197,7 +194,7 @@ def head_of_line(a_ns: str, b_ns: str, server_ns: str, server_ip: str, *, load: 
         raise ValueError(f"load must be tcp or udp, not {load!r}")
     idle = ping(a_ns, server_ip, count=40, interval=0.05)
     with iperf3_server(server_ns, server_ip, port):
-        sender = iperf3_client(b_ns, server_ip, seconds=8, port=port, bind=b_bind,
+        sender = iperf3_client(b_ns, server_ip, seconds=8, port=port,
                                udp_rate=udp_rate if load == "udp" else None)
         try:
             time.sleep(3.0)
