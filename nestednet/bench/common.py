@@ -200,3 +200,26 @@ def in_parallel(jobs: list[Callable[[], object]]) -> list[object]:
 
 def timestamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
+
+
+def cell(value: float | None, digits: int = 2) -> str:
+    """A measured number in a report table, or "-" where it was not measured."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: reports are written on hosts with no display,
+    and matplotlib is imported only by the commands that plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, path: Path) -> None:
+    """Write a report figure as PNG and free it (benches draw many in one process)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)

@@ -13,7 +13,7 @@ import itertools
 from pathlib import Path
 
 from nestednet.bench import paper, traffic
-from nestednet.bench.common import Bench, LabSpec, in_parallel
+from nestednet.bench.common import Bench, LabSpec, cell, in_parallel, pyplot, save
 from nestednet.bench.stats import summary
 from nestednet.lab.links import LabLinks
 from nestednet.model import topology as topo
@@ -131,8 +131,8 @@ def markdown(result: dict) -> str:
         for conns in p["connections"]:
             key = f"{scope}_{conns}"
             n, f = result["nested"][key]["summary"], result["flat"][key]["summary"]
-            lines.append(f"| {scope} | {conns} | {_f(n['per_connection_gbps']['median'], 3)} | "
-                         f"{_f(f['per_connection_gbps']['median'], 3)} | "
+            lines.append(f"| {scope} | {conns} | {cell(n['per_connection_gbps']['median'], 3)} | "
+                         f"{cell(f['per_connection_gbps']['median'], 3)} | "
                          f"{_rtt(n)} | {_rtt(f)} |")
     lines += ["", f"Paper: {result['paper']['note']} (up to "
               f"{result['paper']['max_link_gbps']} Gbit/s per link on an 8-core VM).",
@@ -140,20 +140,14 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _rtt(cell: dict) -> str:
-    low = cell.get("rtt_min_ms", {}).get("median")
-    return f"{_f(cell['rtt_ms']['median'], 3)} ({_f(low, 3)})"
+def _rtt(measured: dict) -> str:
+    low = measured.get("rtt_min_ms", {}).get("median")
+    return f"{cell(measured['rtt_ms']['median'], 3)} ({cell(low, 3)})"
 
-
-def _f(v, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     p = result["params"]
     cells = [(s, c) for s in SCOPES for c in p["connections"]]
@@ -172,6 +166,4 @@ def plot(result: dict, path: Path) -> None:
     bottom.set_xticks(list(xs), [f"{s} x{c}" for s, c in cells])
     top.legend()
     top.set_title("Throughput and RTT, medians")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

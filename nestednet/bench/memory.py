@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from nestednet.bench import paper, procmem
-from nestednet.bench.common import Bench, LabSpec
+from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.bench.stats import summary
 from nestednet.lab import flat
 from nestednet.lab.nodes import cgroup_memory
@@ -137,15 +137,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _f(v) -> str:
-    return "-" if v is None else f"{v:.1f}"
+def _f(v: float | None) -> str:
+    return cell(v, 1)
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     parts = list(PARTS)
     xs = range(len(parts))
@@ -157,6 +154,4 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("MB (median per node)")
     ax.set_title(f"Memory per node (main OVS, shared: {result['main_ovs_mb']:.0f} MB)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nestednet.bench import paper, traffic
-from nestednet.bench.common import Bench, LabSpec
+from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.bench.stats import summary
 from nestednet.model.addressing import plan_from_dict
 
@@ -61,21 +61,15 @@ def markdown(result: dict) -> str:
     for m in p["iphys"]:
         row = {pt["kind"]: pt["summary"] for pt in result["points"] if pt["iphys"] == m}
         n, f = row.get("nested", {}), row.get("flat", {})
-        lines.append(f"| {m} | {_f(n.get('median'))} | {_f(n.get('min'))}-{_f(n.get('max'))} "
-                     f"| {_f(f.get('median'))} | {_f(f.get('min'))}-{_f(f.get('max'))} |")
+        lines.append(f"| {m} | {cell(n.get('median'))} | {cell(n.get('min'))}-{cell(n.get('max'))} "
+                     f"| {cell(f.get('median'))} | {cell(f.get('min'))}-{cell(f.get('max'))} |")
     lines += ["", f"Paper: {result['paper']['note']}.", ""]
     return "\n".join(lines)
 
 
-def _f(v) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for kind in ("nested", "flat"):
@@ -89,6 +83,4 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("iPHY -> GNAB Gbit/s (median, min-max)")
     ax.set_title("Intra-node throughput vs node size")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nestednet.bench import paper
-from nestednet.bench.common import Bench, LabSpec
+from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.bench.stats import linear_fit, summary
 
 
@@ -57,11 +57,11 @@ def markdown(result: dict) -> str:
         row = {pt["kind"]: pt["summary"]["median"] for pt in result["points"]
                if pt["nodes"] == n}
         ratio = (row["nested"] / row["flat"]) if row.get("flat") else None
-        lines.append(f"| {n} | {_f(row.get('nested'))} | {_f(row.get('flat'))} | "
-                     f"{_f(ratio)} |")
+        lines.append(f"| {n} | {cell(row.get('nested'))} | {cell(row.get('flat'))} | "
+                     f"{cell(ratio)} |")
     g = result["growth_s_per_node"]
-    lines += ["", f"Growth per node: nested {_f(g.get('nested'))} s, flat "
-              f"{_f(g.get('flat'))} s.",
+    lines += ["", f"Growth per node: nested {cell(g.get('nested'))} s, flat "
+              f"{cell(g.get('flat'))} s.",
               f"Paper ({ref['nodes']} x {ref['iphys']}, 8-core VM): NestedNet "
               f"{ref['nested_s']:.0f} s, Containernet {ref['flat_s']:.0f} s "
               f"(ratio {ref['nested_s'] / ref['flat_s']:.1f}).",
@@ -69,15 +69,9 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _f(v) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for kind in ("nested", "flat"):
@@ -96,6 +90,4 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("create s")
     ax.set_title(f"Creation time, nodes x (1 + {result['params']['iphys']})")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

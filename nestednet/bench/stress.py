@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import fmean, median
 
 from nestednet.bench import paper, traffic
-from nestednet.bench.common import Bench, LabSpec, in_parallel
+from nestednet.bench.common import Bench, LabSpec, cell, in_parallel, pyplot, save
 from nestednet.bench.stats import degradation, window
 from nestednet.model.addressing import plan_from_dict
 
@@ -144,19 +144,17 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _f(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
 
 def _pct(v) -> str:
     return "n/t" if v is None else f"{v * 100:.0f} %"
 
 
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
+def _f(v: float | None) -> str:
+    return cell(v, 3)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def plot(result: dict, path: Path) -> None:
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for v in result["variants"]:
@@ -177,6 +175,4 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("baseline throughput / T1")
     ax.set_title("Baseline transfer under a 120-stream loopback stress")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)
