@@ -1,7 +1,7 @@
 """The router runtime: the os-ken rest_router app as a background process, the emulator
 bridge connected to it, and its addressing configured through REST.
 
-`start` spawns os-ken's manager (through linkemu.os_ken_compat, so the shim is in
+`start` spawns os-ken's manager (through nestednet.adapters.os_ken_compat, so the shim is in
 place) with OpenFlow and REST bound to 127.0.0.1 only, records what it started in
 ``<state dir>/router.json`` before anything else can fail, points the bridge at it
 (OpenFlow 1.3, through OVSDB) and waits until REST answers and the bridge's datapath
@@ -24,10 +24,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from linkemu import os_ken_compat
 from linkemu.router_api import RouterApi
 from linkemu.router_plan import RouterPlan
 from nestednet import capabilities
+from nestednet.adapters import os_ken_compat
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 

@@ -256,7 +256,8 @@ def qdisc_checks() -> list[Check]:
 
 
 def router_check() -> Check:
-    code = "import linkemu.os_ken_compat as c; c.import_rest_router(); print(c.os_ken_version())"
+    code = ("import nestednet.adapters.os_ken_compat as c; c.import_rest_router(); "
+            "print(c.os_ken_version())")
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60)

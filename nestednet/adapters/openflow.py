@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import struct
 import subprocess
+import threading
+import types
 from dataclasses import dataclass
 
+from nestednet.adapters import os_ken_compat
 from nestednet.errors import EnvironmentProblem
 
 PROTOCOL = "OpenFlow13"
@@ -88,12 +92,6 @@ class Channel:
 
     def __init__(self, bridge: str, rundir: str = "/var/run/openvswitch",
                  timeout: float = 10.0) -> None:
-        import socket
-        import threading
-        import types
-
-        from linkemu import os_ken_compat
-
         os_ken_compat.apply()
         from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 

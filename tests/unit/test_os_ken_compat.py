@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from linkemu import os_ken_compat
+from nestednet.adapters import os_ken_compat
 
 
 def _python(code: str, *, env: dict[str, str] | None = None
@@ -25,7 +25,7 @@ def _python(code: str, *, env: dict[str, str] | None = None
 def test_rest_router_imports_with_the_shim_and_has_what_linkemu_uses(router_env: bool) -> None:
     env = os_ken_compat.manager_environment() if router_env else None
     done = _python(
-        "import linkemu.os_ken_compat as c\n"
+        "import nestednet.adapters.os_ken_compat as c\n"
         "rr = c.import_rest_router()\n"
         "from os_ken.app import wsgi\n"
         "assert rr.RestRouterAPI.OFP_VERSIONS, 'no OpenFlow versions'\n"
@@ -43,7 +43,7 @@ def test_the_router_gets_a_reply_timeout_a_busy_controller_can_meet() -> None:
     # rest_router must read the module global where it waits for replies, or setting
     # it would change nothing.
     done = _python(
-        "import inspect, linkemu.os_ken_compat as c\n"
+        "import inspect, nestednet.adapters.os_ken_compat as c\n"
         "rr = c.import_rest_router()\n"
         "assert rr.OFP_REPLY_TIMER == 1.0, rr.OFP_REPLY_TIMER\n"
         "assert 'timeout=OFP_REPLY_TIMER' in inspect.getsource(rr.OfCtl.send_stats_request)\n"
@@ -56,11 +56,11 @@ def test_the_router_gets_a_reply_timeout_a_busy_controller_can_meet() -> None:
 @pytest.mark.unit
 def test_manager_entry_parses_the_loopback_options() -> None:
     # --help makes os-ken's manager parse its whole option set (registered by the
-    # controller and wsgi modules) and exit: proof that `python -m linkemu.os_ken_compat`
+    # controller and wsgi modules) and exit: proof that `python -m nestednet.adapters.os_ken_compat`
     # reaches the manager with the shim applied and knows every option router.py passes.
     argv = os_ken_compat.manager_command(ofp_host="127.0.0.1", ofp_port=1, rest_host="127.0.0.1",
                                          rest_port=2)
-    assert argv[:3] == [sys.executable, "-m", "linkemu.os_ken_compat"]
+    assert argv[:3] == [sys.executable, "-m", "nestednet.adapters.os_ken_compat"]
     done = subprocess.run([*argv[:3], "--help"], capture_output=True, text=True, timeout=120,
                           env=os_ken_compat.manager_environment())
     assert done.returncode == 0, done.stderr

@@ -5,9 +5,9 @@ pin os-ken 1.4.1 with eventlet 0.33.3. That eventlet no longer defines
 ``eventlet.wsgi.ALREADY_HANDLED``, which os-ken's WSGI layer still reads at import
 time; defining it before os_ken is imported is the import shim. One setting is
 tuned when the router runs (``patch_rest_router``: its OpenFlow reply timeout). The
-router process is started through this module too (``python -m linkemu.os_ken_compat
-ARGS``), so no other code imports os_ken. tests/unit/test_os_ken_compat.py fails if this stops
-being enough.
+router process is started through this module too
+(``python -m nestednet.adapters.os_ken_compat ARGS``), so no other code imports os_ken.
+tests/unit/test_os_ken_compat.py fails if this stops being enough.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def manager_environment(base: dict[str, str] | None = None) -> dict[str, str]:
 def manager_command(*, ofp_host: str, ofp_port: int, rest_host: str, rest_port: int,
                     apps: tuple[str, ...] = (REST_ROUTER_APP,)) -> list[str]:
     """The argv that runs os-ken's manager (osken-manager) with the shim applied first."""
-    return [sys.executable, "-m", "linkemu.os_ken_compat",
+    return [sys.executable, "-m", "nestednet.adapters.os_ken_compat",
             "--ofp-listen-host", ofp_host, "--ofp-tcp-listen-port", str(ofp_port),
             "--wsapi-host", rest_host, "--wsapi-port", str(rest_port), *apps]
 
@@ -72,7 +72,7 @@ def patch_rest_router(rest_router: ModuleType) -> None:
     """
     if not isinstance(getattr(rest_router, "OFP_REPLY_TIMER", None), float):
         raise RuntimeError("os_ken.app.rest_router has no OFP_REPLY_TIMER: the pinned "
-                           "os-ken changed; review linkemu/os_ken_compat.py")
+                           "os-ken changed; review nestednet/adapters/os_ken_compat.py")
     rest_router.OFP_REPLY_TIMER = REPLY_TIMEOUT_S
 
 
