@@ -101,7 +101,7 @@ class Bench:
         name = self._name()
         self.log(f"creating {spec.describe()} lab {name}")
         meta = create(CreateRequest(lab=name, nodes=spec.nodes, iphys=spec.iphys,
-                                    cpus=spec.cpus, flat=spec.kind == "flat"))
+                                    cpus=spec.cpus, design=spec.kind))
         lab = Lab.open(name)
         return lab, meta
 

@@ -51,21 +51,22 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
       nestednet create --nodes 2 --iphys 2 --memory 64
       nestednet exec n1 iphy1 -- ping -c1 192.168.0.1
     """
+    # Imported here, not at the top: the lab runtime (docker, pyroute2) would slow every
+    # other command's start-up, `--help` included.
     from nestednet.lab import create as lab_create
+    from nestednet.lab import designs
 
+    design = designs.named("flat" if flat else "nested")
     request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
-                                       memory_mb=memory, flat=flat,
+                                       memory_mb=memory, design=design.kind,
                                        jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS)
     lab_create.validate(request)
-    from nestednet.lab import flat as lab_flat
-
-    phases = lab_flat.PHASES if flat else lab_create.PHASES
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as bar:
-        tasks = {phase: bar.add_task(phase, total=nodes) for phase in phases}
+        tasks = {phase: bar.add_task(phase, total=nodes) for phase in design.phases}
         meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
-    out_console.print(f"{'flat ' if flat else ''}lab {lab}: {nodes} nodes x (gnab + {iphys} "
+    out_console.print(f"{design.title}lab {lab}: {nodes} nodes x (gnab + {iphys} "
                       f"iPHYs) created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
                       f"{meta['parent_security']})")

@@ -36,23 +36,29 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from ipaddress import IPv4Interface
 from pathlib import Path
 
 import docker
 import docker.errors
 
-from nestednet import capabilities, images
+from nestednet import images
 from nestednet.adapters import docker_engine, netlink
-from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
-from nestednet.lab.record import CONTAINER, OVS_BRIDGE, VETH, LabRecord
+from nestednet.lab.design import (
+    Build,
+    NodeDesign,
+    Write,
+    component_addresses,
+    gnab_environment,
+    labels,
+    node_container,
+)
+from nestednet.lab.nodes import Lab
+from nestednet.lab.record import CONTAINER, OVS_BRIDGE, VETH
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
-from nestednet.model.addressing import CA_PORT, AddressPlan
+from nestednet.model.addressing import AddressPlan, plan_from_dict
 
 KIND = "flat"
 PHASES = ("containers", "wiring")
@@ -70,8 +76,6 @@ done
 while :; do sleep 3600 & wait $!; done
 """
 """PID 1 of a flat node: one process per component, stopped together on SIGTERM."""
-
-Notify = Callable[[str, int], None]
 
 
 # --- names (pure) ----------------------------------------------------------------
@@ -135,99 +139,97 @@ def component_env(plan: AddressPlan, lab: str, node: int, component: int) -> dic
     return env
 
 
-def is_flat(meta: dict) -> bool:
-    return meta.get("kind") == KIND
+# --- the design ----------------------------------------------------------------------
 
 
-# --- create ------------------------------------------------------------------------
+class FlatDesign(NodeDesign):
+    kind = KIND
+    phases = PHASES
+    title = "flat "
 
+    def required_images(self) -> tuple[str, ...]:
+        return (images.COMPONENT_IMAGE,)
 
-def create_flat(request, notify: Notify = lambda phase, node: None) -> dict:
-    """Build a flat lab (``request`` is a create.CreateRequest); rolls back on any failure."""
-    from nestednet.lab import create as lab_create
+    def parent_security(self, client: docker.DockerClient) -> str:
+        return "flat (component image, default capabilities)"
 
-    shape, plan = lab_create.validate(request)
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("nestednet create needs root (namespaces, veths, OVS)")
-    client = docker_engine.connect()
-    images.require(client, images.COMPONENT_IMAGE)
-    host_ovs = Ovsdb()
-    record = LabRecord(request.lab)
-    clock = lab_create.PhaseClock()
-    started = time.monotonic()
-    try:
-        lab_create._check_free(request.lab, record, client, host_ovs, shape)
-        record.claim()
-        datapath = capabilities.ovs_datapath()
-        meta = lab_create.initial_meta(
-            request, shape, plan, datapath, "flat (component image, default capabilities)",
-            kind=KIND)
-        record.write_meta(meta)
-        try:
-            with clock.span(lab_create.LAB_PHASE):
-                lab_create._lab_networks(request.lab, record, host_ovs, datapath, plan)
-            builder = _FlatBuilder(request, plan, record, client, host_ovs, datapath, clock,
-                                   notify)
-            builder.build_all()
-        except BaseException as exc:
-            lab_create.roll_back(record, client, host_ovs, exc)
-            raise
-        return lab_create.complete(record, meta, started, clock)
-    finally:
-        host_ovs.close()
-
-
-class _FlatBuilder:
-    def __init__(self, request, plan: AddressPlan, record: LabRecord,
-                 client: docker.DockerClient, host_ovs: Ovsdb, datapath: str, clock,
-                 notify: Notify) -> None:
-        self.request, self.plan, self.record = request, plan, record
-        self.client, self.host_ovs, self.datapath = client, host_ovs, datapath
-        self.clock, self.notify = clock, notify
-
-    def build_all(self) -> None:
-        with ThreadPoolExecutor(max_workers=self.request.jobs,
-                                thread_name_prefix="nestednet-flat") as pool:
-            futures = [pool.submit(self.build, i) for i in self.plan.shape.node_numbers()]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in done:
-                if f.exception() is not None:
-                    for other in futures:
-                        other.cancel()
-                    wait(futures)
-                    raise f.exception()
-
-    def build(self, node: int) -> None:
-        from nestednet.lab.create import labels
-
-        lab, shape = self.request.lab, self.plan.shape
+    def build_node(self, build: Build, node: int) -> None:
+        lab, shape, plan = build.request.lab, build.shape, build.plan
         name = topo.parent_container(lab, node)
-        nano, mem = container_limits(self.request.cpus, self.request.memory_mb, shape.iphys,
+        nano, mem = container_limits(build.request.cpus, build.request.memory_mb, shape.iphys,
                                      os.cpu_count() or 1)
-        env = {
-            "NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
-            "NESTEDNET_COMPONENTS": " ".join(shape.components()),
-            "NESTEDNET_CA": f"{self.plan.ca_address().ip}:{CA_PORT}",
-            "NESTEDNET_IPHYS": ",".join(f"{topo.component_name(j)}="
-                                        f"{self.plan.intra_address(j).ip}"
-                                        for j in range(1, shape.iphys + 1)),
-        }
-        with self.clock.span("containers"):
-            self.record.add(CONTAINER, name)
+        env = {"NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
+               "NESTEDNET_COMPONENTS": " ".join(shape.components()), **gnab_environment(plan)}
+        with build.phase("containers", node):
+            build.record.add(CONTAINER, name)
             try:
                 container = docker_engine.start_container(
-                    self.client, images.COMPONENT_IMAGE, name=name,
+                    build.client, images.COMPONENT_IMAGE, name=name,
                     labels=labels(lab, node=topo.node_name(node), role="flat-node"),
                     command=["sh", "-c", SUPERVISOR], environment=env,
                     hostname=topo.node_name(node), mem_limit=mem, nano_cpus=nano)
             except docker.errors.DockerException as exc:
                 raise EnvironmentProblem(f"starting flat node {name} failed: "
                                          f"{docker_engine.explain(exc)}") from exc
-        self.notify("containers", node)
-        with self.clock.span("wiring"):
+        with build.phase("wiring", node):
             container.reload()
-            self.wire(node, int(container.attrs["State"]["Pid"]))
-        self.notify("wiring", node)
+            _Wiring(build).wire(node, int(container.attrs["State"]["Pid"]))
+
+    def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
+        """Components are processes: their state is whether the process runs."""
+        entry, container, pid = node_container(lab, number)
+        entry["kind"] = KIND
+        if container is None:
+            return entry
+        pids = component_pids(pid) if pid else {}
+        components = []
+        for index, component in enumerate(lab.shape.components()):
+            components.append({"component": component,
+                               "state": "running" if component in pids else "not running",
+                               "pid": pids.get(component),
+                               **component_addresses(plan, number, index),
+                               "interface": intra_if(index)})
+        entry["components"] = components
+        return entry
+
+    def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
+                out: Write, err: Write) -> int:
+        """The node container, acting for ``component`` (its addresses in the environment)."""
+        number = lab.shape.check_node(node)
+        index = lab.shape.check_component(component)
+        if not command:
+            raise UsageError("no command given: nestednet exec NODE COMPONENT -- CMD...")
+        container = _container(lab, number)
+        if container.status != "running":
+            raise UsageError(f"{node} is not running (it is {container.status})")
+        env = component_env(plan_from_dict(lab.shape, lab.meta["plan"]), lab.record.lab,
+                            number, index)
+        api = lab.client.api
+        exec_id = api.exec_create(container.id, command, stdout=True, stderr=True,
+                                  environment=env)["Id"]
+        for stdout, stderr in api.exec_start(exec_id, stream=True, demux=True):
+            if stdout:
+                out(stdout)
+            if stderr:
+                err(stderr)
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        return 127 if code is None else int(code)
+
+    def swap(self, lab: Lab, node: str, component: str, path: Path, *,
+             restart: bool) -> dict:
+        lab.shape.check_node(node)
+        lab.shape.check_component(component)
+        raise UsageError(f"lab {lab.record.lab} is flat: its components are processes in one "
+                         "container, not containers that can be swapped and restarted",
+                         hint="use a nested lab (create without --flat) for swap")
+
+
+class _Wiring:
+    """A flat node's interfaces: veths into its one namespace, the node's host switch."""
+
+    def __init__(self, build: Build) -> None:
+        self.request, self.plan, self.record = build.request, build.plan, build.record
+        self.host_ovs, self.datapath = build.host_ovs, build.datapath
 
     def wire(self, node: int, pid: int) -> None:
         lab, plan = self.request.lab, self.plan
@@ -296,39 +298,13 @@ def _sysctls(namespace: str, ifnames: list[str]) -> None:
 # --- using a flat lab -------------------------------------------------------------------
 
 
-def _container(lab, node: int):
+def _container(lab: Lab, node: int) -> docker.models.containers.Container:
     name = topo.parent_container(lab.record.lab, node)
     try:
         return lab.client.containers.get(name)
     except docker.errors.NotFound as exc:
         raise EnvironmentProblem(f"flat node {name} is gone",
                                  hint=f"`nestednet delete --lab {lab.record.lab}`") from exc
-
-
-def exec_in(lab, node: str, component: str, command: list[str],
-            out: Callable[[bytes], None], err: Callable[[bytes], None]) -> int:
-    """`nestednet exec` in a flat lab: the node container, acting for ``component``."""
-    from nestednet.model.addressing import plan_from_dict
-
-    number = lab.shape.check_node(node)
-    index = lab.shape.check_component(component)
-    if not command:
-        raise UsageError("no command given: nestednet exec NODE COMPONENT -- CMD...")
-    container = _container(lab, number)
-    if container.status != "running":
-        raise UsageError(f"{node} is not running (it is {container.status})")
-    env = component_env(plan_from_dict(lab.shape, lab.meta["plan"]), lab.record.lab, number,
-                        index)
-    api = lab.client.api
-    exec_id = api.exec_create(container.id, command, stdout=True, stderr=True,
-                              environment=env)["Id"]
-    for stdout, stderr in api.exec_start(exec_id, stream=True, demux=True):
-        if stdout:
-            out(stdout)
-        if stderr:
-            err(stderr)
-    code = api.exec_inspect(exec_id).get("ExitCode")
-    return 127 if code is None else int(code)
 
 
 def component_pids(container_pid: int) -> dict[str, int]:
@@ -348,23 +324,3 @@ def component_pids(container_pid: int) -> dict[str, int]:
                 if item.startswith(b"NESTEDNET_COMPONENT="):
                     found[item.split(b"=", 1)[1].decode()] = int(entry)
     return found
-
-
-def node_status(lab, number: int, plan: AddressPlan) -> dict:
-    """One node of `nestednet status` for a flat lab (components are processes)."""
-    from nestednet.lab.status import component_addresses, node_container
-
-    entry, container, pid = node_container(lab, number)
-    entry["kind"] = KIND
-    if container is None:
-        return entry
-    pids = component_pids(pid) if pid else {}
-    components = []
-    for index, component in enumerate(lab.shape.components()):
-        components.append({"component": component,
-                           "state": "running" if component in pids else "not running",
-                           "pid": pids.get(component),
-                           **component_addresses(plan, number, index),
-                           "interface": intra_if(index)})
-    entry["components"] = components
-    return entry

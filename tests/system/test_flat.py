@@ -33,7 +33,7 @@ def run(lab, node, comp, argv) -> tuple[int, str]:
 def lab():
     if LabRecord(LAB).exists():
         delete_lab(LabRecord(LAB))
-    meta = create(CreateRequest(lab=LAB, nodes=2, iphys=2, flat=True))
+    meta = create(CreateRequest(lab=LAB, nodes=2, iphys=2, design="flat"))
     assert meta["kind"] == "flat"
     try:
         yield Lab.open(LAB)
@@ -83,7 +83,7 @@ def test_delete_leaves_nothing():
     name = "bft2"
     if LabRecord(name).exists():
         delete_lab(LabRecord(name))
-    create(CreateRequest(lab=name, nodes=1, iphys=1, flat=True))
+    create(CreateRequest(lab=name, nodes=1, iphys=1, design="flat"))
     delete_lab(LabRecord(name))
     client = docker_engine.connect()
     assert not client.containers.list(all=True, filters={"label": f"org.nestednet.lab={name}"})

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from nestednet.bench import links, memory, paper, scaling, startup, stats, stress, suite
 from nestednet.cli import main as nestednet_main
 from nestednet.errors import EnvironmentProblem, UsageError
-from nestednet.lab import flat
+from nestednet.lab import design, designs, flat
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
-from nestednet.model.addressing import AddressPlan
+from nestednet.model.addressing import CA_PORT, AddressPlan
 
 pytestmark = pytest.mark.unit
 
@@ -159,7 +159,23 @@ def test_flat_component_env_names_the_component_and_its_addresses():
     assert env["NESTEDNET_INTRA"] == "192.168.0.11"
     assert env["NESTEDNET_INTER"] == str(plan.inter_address(2, 1).ip)
     assert "NESTEDNET_INTER" not in flat.component_env(plan, "bf", 2, 0)
-    assert flat.is_flat({"kind": "flat"}) and not flat.is_flat({})
+
+
+def test_the_lab_record_picks_the_node_design():
+    assert designs.of({"kind": "flat"}).kind == "flat"
+    assert designs.of({}).kind == "nested"
+    assert designs.of({"kind": "nested"}).phases[-1] == "wiring"
+    with pytest.raises(UsageError, match="unknown node design 'remote'"):
+        designs.named("remote")
+
+
+def test_both_designs_give_the_gnab_the_same_configuration():
+    plan = AddressPlan.for_shape(topo.Shape(3, 2))
+    env = design.component_environment(plan, "bf", 3, 0)
+    assert env["NESTEDNET_CA"] == f"{plan.ca_address().ip}:{CA_PORT}"
+    assert env["NESTEDNET_IPHYS"] == "iphy1=192.168.0.11,iphy2=192.168.0.12"
+    assert design.gnab_environment(plan).items() <= env.items()
+    assert "NESTEDNET_CA" not in design.component_environment(plan, "bf", 3, 1)
 
 
 # --- links mesh ------------------------------------------------------------------------------

@@ -1,0 +1,202 @@
+"""What every node design shares, and the interface a design implements.
+
+A node design is how one node of a lab is built and used: `nested` (a
+Docker-in-Docker parent holding one child container per component) or `flat`
+(one container, components as processes; the Containernet baseline). Everything
+else about a lab — its record, main bridge, control namespace, links, teardown —
+is the same for every design, so `nestednet.lab.create` runs one skeleton and asks
+the design only for what differs (`NodeDesign`), the way Mininet takes its node
+classes as parameters instead of branching on them.
+
+Below both designs live the create request, the phase clock, the label set and the
+per-node status and environment helpers they share.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from nestednet import LABEL_PREFIX
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.errors import EnvironmentProblem
+from nestednet.lab.nodes import Lab, cgroup_memory
+from nestednet.lab.record import LabRecord
+from nestednet.lab.wiring import LAB_ID
+from nestednet.model import topology as topo
+from nestednet.model.addressing import CA_PORT, AddressPlan
+
+DEFAULT_JOBS = max(2, min(8, (os.cpu_count() or 2) * 2))
+DEFAULT_DESIGN = "nested"
+MB = 1024 * 1024
+
+Notify = Callable[[str, int], None]
+"""Called with (phase, node) when a node finishes a phase."""
+
+Write = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    lab: str
+    nodes: int
+    iphys: int
+    cpus: float | None = None
+    memory_mb: int | None = None
+    jobs: int = DEFAULT_JOBS
+    design: str = DEFAULT_DESIGN
+    """Which NodeDesign builds the nodes (nestednet.lab.designs names them)."""
+
+
+@dataclass
+class PhaseClock:
+    """Start/end of every (phase, node), to report wall time and per-node means."""
+
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextlib.contextmanager
+    def span(self, phase: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.spans.setdefault(phase, []).append((start, time.monotonic()))
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        out = {}
+        for phase, spans in self.spans.items():
+            wall = max(e for _, e in spans) - min(s for s, _ in spans)
+            mean = sum(e - s for s, e in spans) / len(spans)
+            out[phase] = {"wall_s": round(wall, 3), "mean_per_node_s": round(mean, 3),
+                          "count": len(spans)}
+        return out
+
+
+def labels(lab: str, **extra: str) -> dict[str, str]:
+    return {LAB_ID: lab, **{f"{LABEL_PREFIX}.{k}": v for k, v in extra.items()}}
+
+
+@dataclass
+class Build:
+    """One create in progress: what a design needs to build a node, shared by all nodes."""
+
+    request: CreateRequest
+    shape: topo.Shape
+    plan: AddressPlan
+    record: LabRecord
+    client: docker.DockerClient
+    host_ovs: Ovsdb
+    datapath: str
+    clock: PhaseClock
+    notify: Notify
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    @contextlib.contextmanager
+    def phase(self, phase: str, node: int) -> Iterator[None]:
+        """Time one phase of one node and report it done; stop early once cancelled."""
+        if self.cancelled.is_set():
+            raise EnvironmentProblem("cancelled")
+        with self.clock.span(phase):
+            yield
+        self.notify(phase, node)
+
+
+class NodeDesign(abc.ABC):
+    """What differs between node designs: building, inspecting and using one node."""
+
+    kind: str
+    """Its name in the lab record (meta "kind") and in CreateRequest.design."""
+    phases: tuple[str, ...]
+    """Per-node build phases, in order (the progress bars of `nestednet create`)."""
+    title: str = ""
+    """How `nestednet create` names a lab of this design ("" or "flat ")."""
+
+    @abc.abstractmethod
+    def required_images(self) -> tuple[str, ...]:
+        """Images that must exist before anything is made."""
+
+    @abc.abstractmethod
+    def parent_security(self, client: docker.DockerClient) -> str:
+        """How node containers are started here, as recorded in the lab's meta."""
+
+    def prepare(self, build: Build) -> None:  # noqa: B027 (optional step, none by default)
+        """Lab-wide work after the record is written and before the lab networks."""
+
+    @abc.abstractmethod
+    def build_node(self, build: Build, node: int) -> None:
+        """Make node ``node``: record every resource before creating it."""
+
+    @abc.abstractmethod
+    def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
+        """One node of `nestednet status`."""
+
+    @abc.abstractmethod
+    def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
+                out: Write, err: Write) -> int:
+        """`nestednet exec`: run ``command`` for one component; returns its exit code."""
+
+    @abc.abstractmethod
+    def swap(self, lab: Lab, node: str, component: str, path: Path, *,
+             restart: bool) -> dict:
+        """`nestednet swap`: new code into one component (a design may refuse)."""
+
+
+def component_environment(plan: AddressPlan, lab: str, node: int,
+                          component: int) -> dict[str, str]:
+    """What a component knows about itself; the GNAB also learns where the CA is and
+    its iPHYs' intra-node addresses (the GNAB agent's configuration)."""
+    env = {"NESTEDNET_ROLE": "gnab" if component == 0 else "iphy",
+           "NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
+           "NESTEDNET_COMPONENT": topo.component_name(component)}
+    if component == 0:
+        env.update(gnab_environment(plan))
+    return env
+
+
+def gnab_environment(plan: AddressPlan) -> dict[str, str]:
+    """The GNAB agent's configuration: the CA's address and its iPHYs' intra addresses."""
+    return {"NESTEDNET_CA": f"{plan.ca_address().ip}:{CA_PORT}",
+            "NESTEDNET_IPHYS": ",".join(f"{topo.component_name(j)}={plan.intra_address(j).ip}"
+                                        for j in range(1, plan.shape.iphys + 1))}
+
+
+def node_container(lab: Lab, number: int) -> tuple[dict, Any, int]:
+    """The part of a node's status every design shares: its container, state and memory.
+
+    Returns (entry, container or None when missing, the container's host pid or 0).
+    """
+    name = topo.parent_container(lab.record.lab, number)
+    entry: dict = {"node": topo.node_name(number), "container": name}
+    try:
+        container = lab.client.containers.get(name)
+    except docker.errors.NotFound:
+        entry.update(state="missing", components=[])
+        return entry, None, 0
+    entry["state"] = container.status
+    pid = int(container.attrs["State"].get("Pid") or 0)
+    memory = cgroup_memory(pid) if pid else None
+    entry["memory_mb"] = round(memory["used"] / MB, 1) if memory else None
+    entry["memory"] = memory
+    return entry, container, pid
+
+
+def component_addresses(plan: AddressPlan, number: int, index: int) -> dict[str, str]:
+    """A component's addresses: intra-node, and control (GNAB) or inter-node (iPHY)."""
+    item = {"intra": str(plan.intra_address(index))}
+    if index == 0:
+        item["control"] = str(plan.control_address(number))
+    else:
+        item["inter"] = str(plan.inter_address(number, index))
+    return item

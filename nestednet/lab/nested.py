@@ -1,0 +1,238 @@
+"""The nested node design: a Docker-in-Docker parent per node, a child container per component.
+
+Per node the phases are: image (clone the inner data-root template), parents (start
+the Docker-in-Docker parent), inner daemons (wait for its engine and OVS), children
+(GNAB + iPHY containers through the inner engine) and wiring (veths, addresses,
+switch ports). The lab-wide image template is made once, before the nodes.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+import docker.errors
+from pyroute2 import NetlinkError
+
+from nestednet import capabilities, images
+from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.lab import node_image, wiring
+from nestednet.lab.design import (
+    Build,
+    NodeDesign,
+    Write,
+    component_addresses,
+    component_environment,
+    labels,
+    node_container,
+)
+from nestednet.lab.nodes import Lab
+from nestednet.lab.record import CONTAINER
+from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan, plan_from_dict
+
+TEMPLATE_PHASE = "image template"
+"""Once per component image id (seconds); later creates reuse it (milliseconds)."""
+
+USER_CODE_DIR = "/opt/nestednet/user"
+"""Where swapped-in code lands; the component entrypoint runs `run` or `main.py` from it,
+and it comes first on PYTHONPATH (so a `nestednet/agent` package there replaces the agent)."""
+
+
+class NestedDesign(NodeDesign):
+    kind = "nested"
+    phases = ("image", "parents", "inner daemons", "children", "wiring")
+
+    def __init__(self) -> None:
+        self.security: dict = {}
+        self.template = None
+
+    def required_images(self) -> tuple[str, ...]:
+        return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
+
+    def parent_security(self, client: docker.DockerClient) -> str:
+        mode = capabilities.parent_security_mode(images.DIND_IMAGE)
+        self.security = (capabilities.PARENT_PRIVILEGED_OPTIONS if mode == "privileged"
+                         else capabilities.PARENT_CAPSET_OPTIONS)
+        return mode
+
+    def prepare(self, build: Build) -> None:
+        with build.clock.span(TEMPLATE_PHASE):
+            self.template = node_image.template_for(build.client, self.security)
+
+    # --- create -------------------------------------------------------------------
+
+    def build_node(self, build: Build, node: int) -> None:
+        lab = build.request.lab
+        node_dir = build.record.node_dir(node)
+        state_dir, data_dir = node_dir / "state", node_dir / "docker"
+        with build.phase("image", node):
+            state_dir.mkdir(parents=True)
+            node_image.clone(self.template, data_dir)
+        name = topo.parent_container(lab, node)
+        with build.phase("parents", node):
+            build.record.add(CONTAINER, name)
+            try:
+                parent = docker_engine.start_container(
+                    build.client, images.DIND_IMAGE, name=name,
+                    labels=labels(lab, node=topo.node_name(node), role="parent"),
+                    security=self.security, hostname=topo.node_name(node),
+                    binds=node_image.parent_binds(state_dir, data_dir))
+            except docker.errors.DockerException as exc:
+                raise EnvironmentProblem(f"starting node parent {name} failed: "
+                                         f"{docker_engine.explain(exc)}") from exc
+        with build.phase("inner daemons", node):
+            node_image.wait_ready(state_dir, parent)
+            inner = docker_engine.connect(f"unix://{state_dir}/docker.sock")
+            node_ovs = Ovsdb(f"unix:{state_dir}/ovs/db.sock")
+        try:
+            with build.phase("children", node):
+                children = _start_children(build, inner, node)
+            with build.phase("wiring", node):
+                parent.reload()
+                parent_pid = int(parent.attrs["State"]["Pid"])
+                node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
+                                    external_ids={LAB_ID: lab}, fail_mode="standalone")
+                pids = netlink.host_pids(parent_pid, list(children.values()))
+                handles = NodeHandles(lab, node, parent_pid, node_ovs, build.host_ovs,
+                                      build.plan, build.record)
+                for index, inner_pid in children.items():
+                    try:
+                        wire_component(handles, index, pids[inner_pid])
+                    except NetlinkError as exc:
+                        raise EnvironmentProblem(
+                            f"wiring {topo.component_name(index)} of node n{node} failed: "
+                            f"{exc}") from exc
+        finally:
+            node_ovs.close()
+            inner.close()
+
+    # --- using a nested lab ---------------------------------------------------------
+
+    def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
+        entry, parent, _pid = node_container(lab, number)
+        if parent is None:
+            return entry
+        states = {}
+        if parent.status == "running":
+            try:
+                with lab.inner(number) as inner:
+                    for child in inner.containers.list(all=True):
+                        states[child.name] = child.status
+            except EnvironmentProblem:
+                pass
+        components = []
+        for index, component in enumerate(lab.shape.components()):
+            components.append({"component": component,
+                               "state": states.get(component, "unknown"),
+                               **component_addresses(plan, number, index)})
+        entry["components"] = components
+        return entry
+
+    def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
+                out: Write, err: Write) -> int:
+        number = lab.shape.check_node(node)
+        lab.shape.check_component(component)
+        if not command:
+            raise UsageError("no command given: nestednet exec NODE COMPONENT -- CMD...")
+        with lab.inner(number) as inner:
+            child = lab.child(inner, component)
+            if child.status != "running":
+                raise UsageError(f"{node} {component} is not running (it is {child.status})",
+                                 hint=f"`nestednet swap {node} {component} PATH --restart` "
+                                      "starts it again")
+            exec_id = inner.api.exec_create(child.id, command, stdout=True,
+                                            stderr=True)["Id"]
+            for stdout, stderr in inner.api.exec_start(exec_id, stream=True, demux=True):
+                if stdout:
+                    out(stdout)
+                if stderr:
+                    err(stderr)
+            code = inner.api.exec_inspect(exec_id).get("ExitCode")
+        return 127 if code is None else int(code)
+
+    def swap(self, lab: Lab, node: str, component: str, path: Path, *,
+             restart: bool) -> dict:
+        """Copy ``path`` into the component's USER_CODE_DIR; with ``restart``, restart it
+        alone.
+
+        A restarted container gets a fresh network namespace, so the component is wired
+        again (same names, addresses and main-bridge port numbers, so links survive).
+        """
+        number = lab.shape.check_node(node)
+        index = lab.shape.check_component(component)
+        if not path.exists():
+            raise UsageError(f"{path} does not exist")
+        data = _archive(path)
+        with lab.inner(number) as inner:
+            child = lab.child(inner, component)
+            if child.status == "running":
+                child.exec_run(["rm", "-rf", USER_CODE_DIR])
+            if not child.put_archive(USER_CODE_DIR.rsplit("/", 1)[0], data):
+                raise UsageError(f"copying {path} into {node} {component} failed")
+            result = {"node": node, "component": component, "copied": str(path),
+                      "to": USER_CODE_DIR, "restarted": False}
+            if not restart:
+                return result
+            child.restart(timeout=5)
+            child.reload()
+            inner_pid = int(child.attrs["State"]["Pid"])
+        parent = lab.parent(number)
+        parent_pid = int(parent.attrs["State"]["Pid"])
+        plan = plan_from_dict(lab.shape, lab.meta["plan"])
+        with (Ovsdb(f"unix:{lab.state_dir(number)}/ovs/db.sock") as node_ovs,
+              Ovsdb() as host_ovs):
+            handles = wiring.NodeHandles(lab.record.lab, number, parent_pid, node_ovs,
+                                         host_ovs, plan, lab.record)
+            wiring.unwire_component(handles, index)
+            pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+            wiring.wire_component(handles, index, pid)
+        result["restarted"] = True
+        return result
+
+
+def _start_children(build: Build, inner: docker.DockerClient, node: int) -> dict[int, int]:
+    """Start the GNAB and the iPHYs; returns component index -> pid in the parent.
+
+    Concurrently: a start is mostly waiting (containerd, shim, runc), measured
+    0.57 s per child one after another against 0.31 s each two at a time.
+    """
+    with ThreadPoolExecutor(max_workers=min(8, build.shape.iphys + 1),
+                            thread_name_prefix=f"nestednet-n{node}") as pool:
+        pids = pool.map(lambda index: _start_child(build, inner, node, index),
+                        range(build.shape.iphys + 1))
+        return dict(enumerate(pids))
+
+
+def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int) -> int:
+    lab, request = build.request.lab, build.request
+    component = topo.component_name(index)
+    try:
+        child = docker_engine.start_container(
+            inner, images.COMPONENT_IMAGE, name=component,
+            labels=labels(lab, node=topo.node_name(node), component=component),
+            environment=component_environment(build.plan, lab, node, index),
+            hostname=f"{topo.node_name(node)}-{component}",
+            mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
+            nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
+                                 f"{docker_engine.explain(exc)}") from exc
+    return int(child.attrs["State"]["Pid"])
+
+
+def _archive(path: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        if path.is_dir():
+            for entry in sorted(path.iterdir()):
+                tar.add(entry, arcname=f"user/{entry.name}")
+        else:
+            tar.add(path, arcname=f"user/{path.name}")
+    return buffer.getvalue()
