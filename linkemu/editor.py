@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
-from linkemu import shaping, units
-from linkemu.model import LinkTable
+from linkemu import shaping
+from linkemu.model import EmulatedLinks
 from nestednet.errors import NestedNetError
+from nestednet.model import units
 
 ApplyChange = Callable[[str, str, dict[str, Any]], list[shaping.Change]]
 
@@ -77,7 +78,7 @@ def _ask_value(prompter: Prompter, name: str, current: str, parse: Callable[[str
             prompter.say(f"  invalid {name}: {exc}")
 
 
-def edit_once(table: LinkTable, prompter: Prompter, apply_change: ApplyChange) -> LinkTable:
+def edit_once(table: EmulatedLinks, prompter: Prompter, apply_change: ApplyChange) -> EmulatedLinks:
     """One round: choose a link direction, ask for values, apply; returns the updated table."""
     router = _choose(prompter, "router", list(table.routers()))
     links = [link for link in table.links if link.router == router]
@@ -112,8 +113,8 @@ def edit_once(table: LinkTable, prompter: Prompter, apply_change: ApplyChange) -
     return table
 
 
-def run(table: LinkTable, apply_change: ApplyChange, *, interactive: bool = True,
-        prompter: Prompter | None = None) -> LinkTable:
+def run(table: EmulatedLinks, apply_change: ApplyChange, *, interactive: bool = True,
+        prompter: Prompter | None = None) -> EmulatedLinks:
     """Edit until the user says no more (or input ends); returns the final table."""
     if prompter is None:
         if interactive:

@@ -31,9 +31,10 @@ from typing import Any
 
 import jsonschema
 
-from linkemu import router_plan, units
+from linkemu import router_plan
 from linkemu.model import DIRECTIONS, Emulator, Link, LinkTable, Shape
 from nestednet.errors import UsageError
+from nestednet.model import units
 
 MAX_LINKS = 0xFFFF - 0x20
 """Leaf class minors start at 0x10 and 0xffff is the default class (see tcplan)."""

@@ -1,28 +1,19 @@
-"""The link table: what linkemu is asked to emulate, as plain values.
+"""The emulated links: what linkemu is asked to emulate, as plain values.
 
 Both input formats (the thesis's Linksimulation file and the native format) parse
-into this, and everything downstream (router plan, tc plan, `show`) reads it. No
-side effects here.
+into `EmulatedLinks`, and everything downstream (router plan, tc plan, `show`) reads
+it. The properties of one direction of a link are the shaping library's `LinkShape`
+(nestednet.model.tcplan), which also turns these links into a tc plan. No side
+effects here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface
 
-
-@dataclass(frozen=True)
-class Shape:
-    """The properties of one direction of one link."""
-
-    rate_bps: int
-    delay_us: int = 0
-    jitter_us: int = 0
-    loss_pct: float = 0.0
-
-    def with_changes(self, **changes: int | float) -> Shape:
-        return replace(self, **changes)
-
+from nestednet.model import tcplan
+from nestednet.model.tcplan import LinkShape
 
 FORWARD = "forward"
 """client -> server: shaped on the emulator port facing the server."""
@@ -39,15 +30,22 @@ class Link:
     client: str
     client_ip: IPv4Address
     server_ip: IPv4Address
-    forward: Shape
-    backward: Shape
+    forward: LinkShape
+    backward: LinkShape
 
     @property
     def name(self) -> str:
         return f"{self.router}-{self.client}"
 
-    def shape(self, direction: str) -> Shape:
+    def shape(self, direction: str) -> LinkShape:
         return self.forward if direction == FORWARD else self.backward
+
+    def leaf(self, direction: str) -> tcplan.Leaf:
+        """This link's ``direction`` as a shaped flow: forward packets go client ->
+        server, backward server -> client."""
+        src, dst = ((self.client_ip, self.server_ip) if direction == FORWARD
+                    else (self.server_ip, self.client_ip))
+        return tcplan.Leaf(f"{self.name} {direction}", src, dst, self.shape(direction))
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,9 @@ class Emulator:
 
 
 @dataclass(frozen=True)
-class LinkTable:
+class EmulatedLinks:
+    """Every link linkemu emulates, and the emulator they pass through."""
+
     links: tuple[Link, ...]
     emulator: Emulator = Emulator()
 
@@ -96,3 +96,25 @@ class LinkTable:
 
     def routers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(link.router for link in self.links))
+
+    def shaped_ports(self) -> dict[str, list[tcplan.Leaf]]:
+        """The flows each emulator port shapes: forward on the server side, backward on
+        the client side, in link order (a link's position is its leaf handle)."""
+        return {self.emulator.port_for(d): [link.leaf(d) for link in self.links]
+                for d in DIRECTIONS}
+
+    def tc_plan(self, shaper: str = "hfsc", *, netem: bool = True) -> tcplan.TcPlan:
+        return tcplan.tc_plan(self.shaped_ports(), shaper, netem=netem,
+                              netns=self.emulator.netns)
+
+    def change_ops(self, shaper: str, index: int, direction: str, new: LinkShape, *,
+                   netem: bool = True) -> list[tcplan.TcOp]:
+        """In-place tc changes giving link ``index`` the shape ``new`` in ``direction``."""
+        return tcplan.change_ops(self.emulator.port_for(direction), shaper, index,
+                                 self.links[index].leaf(direction), new, netem=netem)
+
+
+# The old names, for linkemu/linksfile.py until its rework (another branch) moves to
+# the new ones.
+LinkTable = EmulatedLinks
+Shape = LinkShape

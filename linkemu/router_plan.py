@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from linkemu.model import LinkTable, RouterSide
+from linkemu.model import EmulatedLinks, RouterSide
 from nestednet.errors import UsageError
 
 CLIENT = "client"
@@ -101,7 +101,7 @@ def side_to_native(side: RouterSide) -> dict[str, str]:
     return result
 
 
-def plan(table: LinkTable) -> RouterPlan:
+def plan(table: EmulatedLinks) -> RouterPlan:
     """The router configuration for ``table``; UsageError if it cannot be consistent."""
     if not table.links:
         raise UsageError("the link table has no links: nothing to route")

@@ -15,10 +15,12 @@ from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
-from linkemu import linksfile, router, router_plan, tc, tcplan, units
-from linkemu.model import DIRECTIONS, Link, LinkTable, Shape
+from linkemu import linksfile, router, router_plan
+from linkemu.model import DIRECTIONS, EmulatedLinks, Link, LinkShape
 from nestednet import capabilities
+from nestednet.adapters import tc
 from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.model import tcplan, units
 
 STATE_DIR_ENV = "LINKEMU_STATE_DIR"
 DEFAULT_STATE_DIR = "/var/lib/nestednet/linkemu"
@@ -34,7 +36,7 @@ def state_path() -> Path:
 class Applied:
     """What linkemu installed: the links, the shaper and whether leaves are netem."""
 
-    table: LinkTable
+    table: EmulatedLinks
     shaper: str
     netem: bool
     applied_at: float
@@ -80,7 +82,7 @@ def require_state() -> Applied:
 class ApplyPlan:
     """Both parts of `apply`: the router's addresses/routes (None: no router) and tc."""
 
-    table: LinkTable
+    table: EmulatedLinks
     tc: tcplan.TcPlan
     router: router_plan.RouterPlan | None = None
 
@@ -90,15 +92,15 @@ class ApplyPlan:
                 "tc": self.tc.as_dict()}
 
 
-def validate(path: str | Path) -> LinkTable:
+def validate(path: str | Path) -> EmulatedLinks:
     return linksfile.load(path)
 
 
-def needs_netem(table: LinkTable) -> bool:
+def needs_netem(table: EmulatedLinks) -> bool:
     return any(tcplan.needs_netem(link.shape(d)) for link in table.links for d in DIRECTIONS)
 
 
-def missing_modules(shaper: str, table: LinkTable, qdiscs: dict[str, bool]) -> list[str]:
+def missing_modules(shaper: str, table: EmulatedLinks, qdiscs: dict[str, bool]) -> list[str]:
     """Kernel modules the plan needs and this kernel lacks (sch_hfsc, sch_netem, sch_htb)."""
     wanted = [shaper]
     if shaper == "hfsc" or needs_netem(table):
@@ -106,7 +108,7 @@ def missing_modules(shaper: str, table: LinkTable, qdiscs: dict[str, bool]) -> l
     return [f"sch_{kind}" for kind in wanted if not qdiscs.get(kind, False)]
 
 
-def tc_part(table: LinkTable, shaper: str = DEFAULT_SHAPER,
+def tc_part(table: EmulatedLinks, shaper: str = DEFAULT_SHAPER,
             qdiscs: dict[str, bool] | None = None) -> tcplan.TcPlan:
     """The tc part of `apply` for ``table``.
 
@@ -115,7 +117,7 @@ def tc_part(table: LinkTable, shaper: str = DEFAULT_SHAPER,
     naming the missing modules, before anything is touched.
     """
     if qdiscs is None:
-        return tcplan.tc_plan(table, shaper, netem=True)
+        return table.tc_plan(shaper, netem=True)
     missing = missing_modules(shaper, table, qdiscs)
     if missing:
         why = []
@@ -129,10 +131,10 @@ def tc_part(table: LinkTable, shaper: str = DEFAULT_SHAPER,
         raise EnvironmentProblem(
             f"this kernel lacks {', '.join(missing)}: nothing was applied"
             + (f" ({'; '.join(why)})" if why else ""), hint=hint)
-    return tcplan.tc_plan(table, shaper, netem=qdiscs.get("netem", False))
+    return table.tc_plan(shaper, netem=qdiscs.get("netem", False))
 
 
-def router_part(table: LinkTable) -> router_plan.RouterPlan | None:
+def router_part(table: EmulatedLinks) -> router_plan.RouterPlan | None:
     """The router part of `apply`: addresses and routes for the REST router.
 
     An emulator inside a network namespace (``emulator.netns``) is plain ports that
@@ -158,7 +160,7 @@ def check_router(plan: ApplyPlan) -> None:
                          f"router serves {state.bridge}; nothing was applied")
 
 
-def plan_apply(table: LinkTable, shaper: str = DEFAULT_SHAPER,
+def plan_apply(table: EmulatedLinks, shaper: str = DEFAULT_SHAPER,
                qdiscs: dict[str, bool] | None = None) -> ApplyPlan:
     return ApplyPlan(table=table, tc=tc_part(table, shaper, qdiscs), router=router_part(table))
 
@@ -196,7 +198,7 @@ def apply_file(path: str | Path, shaper: str = DEFAULT_SHAPER) -> Applied:
 # --- set ------------------------------------------------------------------------------
 
 
-def find_link(table: LinkTable, name: str) -> int:
+def find_link(table: EmulatedLinks, name: str) -> int:
     """Index of the link called ``name``: link name (R1-C2), unique client name, or client IP."""
     for i, link in enumerate(table.links):
         if link.name == name:
@@ -227,7 +229,7 @@ def directions(direction: str) -> tuple[str, ...]:
 
 def parse_changes(*, rate: str | None = None, delay: str | None = None,
                   jitter: str | None = None, loss: str | None = None) -> dict[str, Any]:
-    """Option values -> Shape field changes; only the given ones."""
+    """Option values -> LinkShape field changes; only the given ones."""
     changes: dict[str, Any] = {}
     for option, value, parse, fieldname in (
             ("--rate", rate, units.parse_rate, "rate_bps"),
@@ -247,15 +249,15 @@ def parse_changes(*, rate: str | None = None, delay: str | None = None,
 class Change:
     link: str
     direction: str
-    old: Shape
-    new: Shape
+    old: LinkShape
+    new: LinkShape
 
     def as_dict(self) -> dict[str, Any]:
         return {"link": self.link, "direction": self.direction,
                 "old": describe(self.old), "new": describe(self.new)}
 
 
-def describe(shape: Shape) -> dict[str, str]:
+def describe(shape: LinkShape) -> dict[str, str]:
     return {"rate": units.format_rate(shape.rate_bps), "delay": units.format_time(shape.delay_us),
             "jitter": units.format_time(shape.jitter_us), "loss": units.format_loss(shape.loss_pct)}
 
@@ -280,7 +282,7 @@ def set_link(name: str, direction: str, changes: dict[str, Any]) -> list[Change]
         if not applied.netem and tcplan.needs_netem(new):
             raise EnvironmentProblem("the links were applied without netem (this kernel lacks "
                                      "sch_netem): only --rate can change")
-        ops += tcplan.change_ops(table, applied.shaper, index, d, new, netem=applied.netem)
+        ops += table.change_ops(applied.shaper, index, d, new, netem=applied.netem)
         new_link = replace(new_link, **{d: new})
         done.append(Change(link.name, d, old, new))
     tc.change(ops, table.emulator.netns)

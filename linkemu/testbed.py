@@ -22,7 +22,7 @@ from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
 
 from linkemu import router, router_plan
-from linkemu.model import Emulator, Link, LinkTable, RouterSide, Shape
+from linkemu.model import EmulatedLinks, Emulator, Link, LinkShape, RouterSide
 from nestednet import capabilities
 from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
@@ -98,9 +98,9 @@ class Layout:
                         client_side=RouterSide(self.ROUTER_CLIENT_SIDE, self.EDGE_TRUNK.ip),
                         server_side=RouterSide(self.ROUTER_SERVER_SIDE))
 
-    def link_table(self, shape: Shape | None = None) -> LinkTable:
-        shape = shape or Shape(rate_bps=100_000_000)
-        return LinkTable(tuple(
+    def link_table(self, shape: LinkShape | None = None) -> EmulatedLinks:
+        shape = shape or LinkShape(rate_bps=100_000_000)
+        return EmulatedLinks(tuple(
             Link(ROUTER_ID, f"C{i}", self.client_ip(i).ip, self.SERVER.ip, shape, shape)
             for i in range(1, self.clients + 1)), self.emulator())
 

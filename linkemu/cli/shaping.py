@@ -7,9 +7,10 @@ import sys
 import click
 from rich.table import Table
 
-from linkemu import shaping, tcplan, units
+from linkemu import shaping
 from nestednet import capabilities
 from nestednet.cli.output import out_console, print_json, progress
+from nestednet.model import tcplan, units
 
 
 def _fmt(value: object, kind: str) -> str:

@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from linkemu import measure, router, shaping, tc, testbed
+from linkemu import measure, router, shaping, testbed
 from linkemu.cli import main
 from nestednet import capabilities
-from nestednet.adapters import netlink, netns_exec
+from nestednet.adapters import netlink, netns_exec, tc
 
 pytestmark = pytest.mark.kernel
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from linkemu import linksfile, shaping, tc
+from linkemu import linksfile, shaping
 from linkemu.cli import main
 from nestednet import capabilities
-from nestednet.adapters import netlink
+from nestednet.adapters import netlink, tc
 
 
 @dataclass(frozen=True)

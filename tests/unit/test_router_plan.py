@@ -8,17 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linkemu.model import Emulator, Link, LinkTable, RouterSide, Shape
+from linkemu.model import EmulatedLinks, Emulator, Link, LinkShape, RouterSide
 from linkemu.router_plan import CLIENT, SERVER, plan
 from nestednet.errors import UsageError
 
-SHAPE = Shape(rate_bps=10_000_000)
+SHAPE = LinkShape(rate_bps=10_000_000)
 PLAIN = Emulator()
 
 
 def _table(clients: list[str], server: str = "198.19.0.2", *,
-           emulator: Emulator = PLAIN) -> LinkTable:
-    return LinkTable(tuple(
+           emulator: Emulator = PLAIN) -> EmulatedLinks:
+    return EmulatedLinks(tuple(
         Link("R1", f"C{i + 1}", IPv4Address(c), IPv4Address(server), SHAPE, SHAPE)
         for i, c in enumerate(clients)), emulator)
 
@@ -99,7 +99,7 @@ def test_inconsistent_layouts_are_usage_errors(clients: list[str], server: str,
 @pytest.mark.unit
 def test_empty_table_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="no links"):
-        plan(LinkTable(()))
+        plan(EmulatedLinks(()))
 
 
 @pytest.mark.unit

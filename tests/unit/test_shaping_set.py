@@ -7,8 +7,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from linkemu import editor, linksfile, shaping, tc
+from linkemu import editor, linksfile, shaping
 from linkemu.cli import main
+from nestednet.adapters import tc
 
 THESIS = "scenarios/links/thesis-example.json"
 

@@ -10,9 +10,10 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linkemu import linksfile, router_plan, shaping, tcplan
+from linkemu import linksfile, router_plan, shaping
 from linkemu.cli import main
-from linkemu.model import Shape
+from linkemu.model import LinkShape
+from nestednet.model import tcplan
 
 THESIS = "scenarios/links/thesis-example.json"
 
@@ -30,7 +31,7 @@ def ops_by(plan, port, command, kind=None):
 @pytest.mark.unit
 @pytest.mark.parametrize("shaper", ["hfsc", "htb"])
 def test_tree_shape_per_port(table, shaper):
-    plan = tcplan.tc_plan(table, shaper)
+    plan = table.tc_plan(shaper)
     assert plan.ports == ("le-srv", "le-cli")
     for port in plan.ports:
         ops = plan.for_port(port)
@@ -49,7 +50,7 @@ def test_tree_shape_per_port(table, shaper):
 
 @pytest.mark.unit
 def test_hfsc_leaf_curves_are_bytes_per_second(table):
-    plan = tcplan.tc_plan(table, "hfsc")
+    plan = table.tc_plan("hfsc")
     c1 = next(op for op in ops_by(plan, "le-srv", "add-class") if op.handle == "1:10")
     assert c1.params["rsc"] == c1.params["fsc"] == c1.params["usc"] == {"m2": 46_000_000 // 8}
     default = next(op for op in ops_by(plan, "le-srv", "add-class") if op.handle == "1:ffff")
@@ -58,7 +59,7 @@ def test_hfsc_leaf_curves_are_bytes_per_second(table):
 
 @pytest.mark.unit
 def test_htb_leaf_rate_and_ceil(table):
-    plan = tcplan.tc_plan(table, "htb")
+    plan = table.tc_plan("htb")
     c2back = next(op for op in ops_by(plan, "le-cli", "add-class") if op.handle == "1:11")
     assert c2back.params["rate"] == c2back.params["ceil"] == 10_000_000 // 8
     assert c2back.params["burst"] >= 2 * tcplan.MTU_BYTES
@@ -66,7 +67,7 @@ def test_htb_leaf_rate_and_ceil(table):
 
 @pytest.mark.unit
 def test_u32_keys_forward_and_backward(table):
-    plan = tcplan.tc_plan(table, "hfsc")
+    plan = table.tc_plan("hfsc")
     fwd = ops_by(plan, "le-srv", "add-filter")[0].params["keys"]
     back = ops_by(plan, "le-cli", "add-filter")[0].params["keys"]
     # 198.18.0.11 = 0xC612000B (client), 198.19.0.10 = 0xC613000A (server)
@@ -81,7 +82,7 @@ def test_u32_key_of_platform_example():
 
 @pytest.mark.unit
 def test_netem_params_full_set(table):
-    plan = tcplan.tc_plan(table, "hfsc")
+    plan = table.tc_plan("hfsc")
     netem = ops_by(plan, "le-cli", "add", "netem")[1]
     assert netem.params == {"parent": "1:11", "delay": 5000, "jitter": 0, "loss": 1.0,
                             "limit": 1000}
@@ -94,13 +95,13 @@ def test_netem_params_full_set(table):
     (10_000_000_000, 100_000, 165126),
 ])
 def test_netem_limit_from_bdp(rate, delay_us, limit):
-    assert tcplan.netem_limit(Shape(rate, delay_us)) == limit
+    assert tcplan.netem_limit(LinkShape(rate, delay_us)) == limit
 
 
 @pytest.mark.unit
 @given(st.integers(1, 34_000_000_000), st.integers(0, 2_000_000), st.integers(0, 1_000_000))
 def test_netem_limit_covers_twice_the_bdp(rate, delay, jitter):
-    limit = tcplan.netem_limit(Shape(rate, delay, jitter))
+    limit = tcplan.netem_limit(LinkShape(rate, delay, jitter))
     assert limit >= 1000
     assert limit * tcplan.MTU_BYTES >= 2 * rate / 8 * (delay + jitter) / 1e6
 
@@ -108,17 +109,17 @@ def test_netem_limit_covers_twice_the_bdp(rate, delay, jitter):
 @pytest.mark.unit
 def test_rate_only_plan_refuses_links_needing_netem(table):
     with pytest.raises(ValueError):
-        tcplan.tc_plan(table, "htb", netem=False)
+        table.tc_plan("htb", netem=False)
 
 
 @pytest.mark.unit
 def test_change_ops_touch_only_what_changed(table):
     new = table.links[1].forward.with_changes(rate_bps=3_000_000)
-    ops = tcplan.change_ops(table, "hfsc", 1, "forward", new)
+    ops = table.change_ops("hfsc", 1, "forward", new)
     assert [(op.port, op.command, op.handle) for op in ops] == [("le-srv", "change-class",
                                                                  "1:11")]
     new = new.with_changes(delay_us=40_000)
-    ops = tcplan.change_ops(table, "htb", 1, "forward", new)
+    ops = table.change_ops("htb", 1, "forward", new)
     assert [(op.command, op.handle) for op in ops] == [("change-class", "1:11"),
                                                        ("change", "11:0")]
     netem = ops[1].params
@@ -164,5 +165,5 @@ def test_dry_run_json_is_the_plan(table):
     data = json.loads(result.output)
     assert data["router"] == router_plan.plan(table).as_dict()
     assert data["router"]["addresses"], "an OVS emulator is routed: the plan has addresses"
-    assert data["tc"] == tcplan.tc_plan(table, shaping.DEFAULT_SHAPER).as_dict()
+    assert data["tc"] == table.tc_plan(shaping.DEFAULT_SHAPER).as_dict()
     assert data["links"] == linksfile.to_native(table)

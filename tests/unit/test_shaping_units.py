@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from linkemu import units
+from nestednet.model import units
 
 
 @pytest.mark.unit

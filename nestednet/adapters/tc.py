@@ -1,8 +1,10 @@
-"""The tc adapter: executes tc plans over netlink (pyroute2), reads the kernel's tc state back.
+"""The tc executor: performs tc plans (nestednet.model.tcplan) over netlink (pyroute2)
+and reads the kernel's tc state back.
 
 Thin on purpose: it knows pyroute2's call shapes and the kernel's answers, not
-links. It only ever touches the root qdisc with linkemu's handle (1:) on the ports
-it is given; a port whose root qdisc is someone else's is refused, not replaced.
+links. It only ever touches the root qdisc with the shaping tree's handle (1:) on the
+ports it is given; a port whose root qdisc is someone else's is refused, not
+replaced. Its messages still speak of linkemu, its only user so far.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from pyroute2 import IPRoute, NetlinkError
 from pyroute2.ethtool import Ethtool
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
-from linkemu.tcplan import TcOp
 from nestednet.adapters import netlink
 from nestednet.errors import EnvironmentProblem
+from nestednet.model.tcplan import TcOp
 
 OUR_ROOT = 0x10000
 DEFAULT_ROOT_KINDS = ("noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "pfifo")

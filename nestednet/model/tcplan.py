@@ -1,20 +1,22 @@
-"""The tc plan: which qdiscs, classes and filters shape a LinkTable, as plain data.
+"""The tc plan: which qdiscs, classes and filters shape a set of ports, as plain data.
 
-Pure: no netlink here. `linkemu apply --dry-run` prints a plan, the tc adapter
-(linkemu/tc.py) executes one, and `set` builds single-class changes from the same
-functions, so what is printed is exactly what is done.
+Pure: no netlink here. The shaping library of NestedNet: a caller describes, per
+port, the directed flows to shape (`Leaf`: source and destination IPv4 address and a
+`LinkShape`), this module turns them into tc requests (`TcPlan`), and the executor
+(nestednet.adapters.tc) performs them over netlink. `linkemu apply --dry-run` prints
+a plan and `linkemu set` builds single-class changes from the same functions, so what
+is printed is exactly what is done.
 
-Tree per emulator port (forward links on the server-side port, backward links on
-the client-side port)::
+Tree per port::
 
     root qdisc 1:  (hfsc|htb, default class 1:ffff)
       class 1:1     ceiling, line rate
         class 1:ffff  default, line rate: unclassified traffic (ARP, other hosts) passes
-        class 1:<10+i> one leaf per link i, at the link's rate
+        class 1:<10+i> one leaf per flow i, at the flow's rate
           qdisc <10+i>:  netem: delay, jitter, loss, limit from the bandwidth-delay product
-    filter u32 on 1:, prio 1: IPv4 source + destination of link i -> 1:<10+i>
+    filter u32 on 1:, prio 1: IPv4 source + destination of flow i -> 1:<10+i>
 
-Handles depend only on the link's position in the table, so `set` finds a link's
+Handles depend only on the flow's position on its port, so a change finds a flow's
 class and netem again without reading the kernel. Rates are bytes per second
 (pyroute2's integer form; HFSC curves are 32-bit bytes/s), times integer
 microseconds, loss a percentage.
@@ -23,12 +25,12 @@ microseconds, loss a percentage.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from ipaddress import IPv4Address
 from typing import Any
 
-from linkemu.model import DIRECTIONS, FORWARD, Link, LinkTable, Shape
-from linkemu.units import HFSC_MAX_BYTES_PER_S
+from nestednet.model.units import HFSC_MAX_BYTES_PER_S
 
 SHAPERS = ("hfsc", "htb")
 ROOT_HANDLE = "1:0"
@@ -46,6 +48,32 @@ NETEM_MIN_LIMIT = 1000
 """netem's own default; below a BDP that needs more we keep it."""
 BDP_HEADROOM = 2.0
 """The queue also holds the standing backlog TCP builds while the rate is the bottleneck."""
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """The properties of one direction of one link: rate, delay, jitter, loss."""
+
+    rate_bps: int
+    delay_us: int = 0
+    jitter_us: int = 0
+    loss_pct: float = 0.0
+
+    def with_changes(self, **changes: int | float) -> LinkShape:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One shaped flow on a port: IPv4 packets from ``src`` to ``dst``, shaped by ``shape``.
+
+    ``name`` says which link and direction it is, in the plan's descriptions.
+    """
+
+    name: str
+    src: IPv4Address
+    dst: IPv4Address
+    shape: LinkShape
 
 
 @dataclass(frozen=True)
@@ -98,7 +126,7 @@ def bytes_per_s(rate_bps: int) -> int:
     return max(1, rate_bps // 8)
 
 
-def netem_limit(shape: Shape) -> int:
+def netem_limit(shape: LinkShape) -> int:
     """Packets netem may hold: twice the bandwidth-delay product, never below netem's 1000.
 
     The default 1000 drops at high BDP (1 Gbit/s x 50 ms is ~4100 full frames in
@@ -108,7 +136,7 @@ def netem_limit(shape: Shape) -> int:
     return max(NETEM_MIN_LIMIT, math.ceil(BDP_HEADROOM * bdp_bytes / MTU_BYTES))
 
 
-def netem_params(shape: Shape) -> dict[str, Any]:
+def netem_params(shape: LinkShape) -> dict[str, Any]:
     """The full netem parameter set: pyroute2's change resets whatever is left out."""
     return {"delay": shape.delay_us, "jitter": shape.jitter_us, "loss": shape.loss_pct,
             "limit": netem_limit(shape)}
@@ -138,78 +166,76 @@ def _share_params(shaper: str, rate_bps: int) -> dict[str, Any]:
     return {"fsc": curve, "usc": curve}
 
 
-def needs_netem(shape: Shape) -> bool:
+def needs_netem(shape: LinkShape) -> bool:
     return bool(shape.delay_us or shape.jitter_us or shape.loss_pct)
 
 
-def line_rate(table: LinkTable, direction: str) -> int:
-    total = sum(link.shape(direction).rate_bps for link in table.links)
+def line_rate(leaves: Sequence[Leaf]) -> int:
+    total = sum(leaf.shape.rate_bps for leaf in leaves)
     return min(max(LINE_RATE_BPS, total), HFSC_MAX_BYTES_PER_S * 8)
 
 
-def filter_keys(link: Link, direction: str) -> list[str]:
-    """Forward packets go client -> server, backward server -> client."""
-    src, dst = ((link.client_ip, link.server_ip) if direction == FORWARD
-                else (link.server_ip, link.client_ip))
-    return [u32_key(src, 12), u32_key(dst, 16)]
+def filter_keys(leaf: Leaf) -> list[str]:
+    return [u32_key(leaf.src, 12), u32_key(leaf.dst, 16)]
 
 
-def tc_plan(table: LinkTable, shaper: str = "hfsc", *, netem: bool = True) -> TcPlan:
-    """The tc part of `apply` for ``table``.
+def tc_plan(ports: Mapping[str, Sequence[Leaf]], shaper: str = "hfsc", *,
+            netem: bool = True, netns: str | None = None) -> TcPlan:
+    """One shaping tree per port of ``ports`` (in its order), in namespace ``netns``.
 
     ``netem=False`` builds rate-only leaves (the kernel's default pfifo under each
-    class) for a kernel without sch_netem; it is refused when a link needs delay,
-    jitter or loss, because that link would silently lose its properties.
+    class) for a kernel without sch_netem; it is refused when a flow needs delay,
+    jitter or loss, because that flow would silently lose its properties.
     """
     if shaper not in SHAPERS:
         raise ValueError(f"unknown shaper {shaper!r}")
-    if not netem and any(needs_netem(link.shape(d)) for link in table.links for d in DIRECTIONS):
+    if not netem and any(needs_netem(leaf.shape) for leaves in ports.values()
+                         for leaf in leaves):
         raise ValueError("links with delay, jitter or loss need netem leaves")
     ops: list[TcOp] = []
-    emu = table.emulator
-    for direction in DIRECTIONS:
-        port = emu.port_for(direction)
-        line = line_rate(table, direction)
-        ops.append(TcOp(port, "add", shaper, ROOT_HANDLE, {"default": DEFAULT_MINOR},
-                        f"{shaper} root, unclassified traffic to {DEFAULT_CLASS}"))
-        ops.append(TcOp(port, "add-class", shaper, CEILING_CLASS,
-                        {"parent": ROOT_HANDLE, **_share_params(shaper, line)},
-                        f"ceiling at line rate {line} bit/s"))
-        ops.append(TcOp(port, "add-class", shaper, DEFAULT_CLASS,
-                        {"parent": CEILING_CLASS, **_share_params(shaper, line)},
-                        "default class at line rate (ARP and unmatched traffic)"))
-        for i, link in enumerate(table.links):
-            shape = link.shape(direction)
-            ops.append(TcOp(port, "add-class", shaper, leaf_class(i),
-                            {"parent": CEILING_CLASS, **class_params(shaper, shape.rate_bps)},
-                            f"{link.name} {direction} rate {shape.rate_bps} bit/s"))
-            if netem:
-                ops.append(TcOp(port, "add", "netem", leaf_qdisc(i),
-                                {"parent": leaf_class(i), **netem_params(shape)},
-                                f"{link.name} {direction} delay/jitter/loss"))
-            ops.append(TcOp(port, "add-filter", "u32", "0:0",
-                            {"parent": ROOT_HANDLE, "prio": FILTER_PRIO, "protocol": ETH_P_IP,
-                             "target": leaf_class(i), "keys": filter_keys(link, direction)},
-                            f"{link.name} {direction}: src+dst IPv4 -> {leaf_class(i)}"))
+    for port, leaves in ports.items():
+        ops += _port_ops(port, leaves, shaper, netem)
     requires = (shaper, "u32") + (("netem",) if netem else ())
-    return TcPlan(shaper=shaper, netns=emu.netns,
-                  ports=tuple(emu.port_for(d) for d in DIRECTIONS), ops=tuple(ops),
+    return TcPlan(shaper=shaper, netns=netns, ports=tuple(ports), ops=tuple(ops),
                   requires=requires)
 
 
-def change_ops(table: LinkTable, shaper: str, index: int, direction: str, new: Shape,
-               *, netem: bool = True) -> list[TcOp]:
-    """In-place changes for link ``index`` in ``direction``: class rate and full netem set."""
-    port = table.emulator.port_for(direction)
-    link = table.links[index]
-    old = link.shape(direction)
+def _port_ops(port: str, leaves: Sequence[Leaf], shaper: str, netem: bool) -> list[TcOp]:
+    line = line_rate(leaves)
+    ops = [TcOp(port, "add", shaper, ROOT_HANDLE, {"default": DEFAULT_MINOR},
+                f"{shaper} root, unclassified traffic to {DEFAULT_CLASS}"),
+           TcOp(port, "add-class", shaper, CEILING_CLASS,
+                {"parent": ROOT_HANDLE, **_share_params(shaper, line)},
+                f"ceiling at line rate {line} bit/s"),
+           TcOp(port, "add-class", shaper, DEFAULT_CLASS,
+                {"parent": CEILING_CLASS, **_share_params(shaper, line)},
+                "default class at line rate (ARP and unmatched traffic)")]
+    for i, leaf in enumerate(leaves):
+        ops.append(TcOp(port, "add-class", shaper, leaf_class(i),
+                        {"parent": CEILING_CLASS, **class_params(shaper, leaf.shape.rate_bps)},
+                        f"{leaf.name} rate {leaf.shape.rate_bps} bit/s"))
+        if netem:
+            ops.append(TcOp(port, "add", "netem", leaf_qdisc(i),
+                            {"parent": leaf_class(i), **netem_params(leaf.shape)},
+                            f"{leaf.name} delay/jitter/loss"))
+        ops.append(TcOp(port, "add-filter", "u32", "0:0",
+                        {"parent": ROOT_HANDLE, "prio": FILTER_PRIO, "protocol": ETH_P_IP,
+                         "target": leaf_class(i), "keys": filter_keys(leaf)},
+                        f"{leaf.name}: src+dst IPv4 -> {leaf_class(i)}"))
+    return ops
+
+
+def change_ops(port: str, shaper: str, index: int, old: Leaf, new: LinkShape, *,
+               netem: bool = True) -> list[TcOp]:
+    """In-place changes for flow ``index`` (``old``) on ``port``: class rate and full netem
+    set, only what differs."""
     ops = []
-    if new.rate_bps != old.rate_bps:
+    if new.rate_bps != old.shape.rate_bps:
         ops.append(TcOp(port, "change-class", shaper, leaf_class(index),
                         {"parent": CEILING_CLASS, **class_params(shaper, new.rate_bps)},
-                        f"{link.name} {direction} rate {new.rate_bps} bit/s"))
-    if netem and netem_params(new) != netem_params(old):
+                        f"{old.name} rate {new.rate_bps} bit/s"))
+    if netem and netem_params(new) != netem_params(old.shape):
         ops.append(TcOp(port, "change", "netem", leaf_qdisc(index),
                         {"parent": leaf_class(index), **netem_params(new)},
-                        f"{link.name} {direction} delay/jitter/loss"))
+                        f"{old.name} delay/jitter/loss"))
     return ops
