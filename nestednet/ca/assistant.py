@@ -20,7 +20,7 @@ from typing import Protocol, TextIO
 from nestednet.agent import protocol as p
 from nestednet.ca.server import ControlServer
 from nestednet.model.events import Event
-from nestednet.model.link_table import Link, LinkFail, LinkTable
+from nestednet.model.link_table import InterNodeLinks, Link, LinkFail
 
 log = logging.getLogger("nestednet.ca")
 
@@ -126,7 +126,7 @@ class Sessions:
 class CommunicationAssistant:
     """Handles agent messages and scenario steps; see the module docstring."""
 
-    def __init__(self, server: ControlServer, table: LinkTable, installer: FlowInstaller,
+    def __init__(self, server: ControlServer, table: InterNodeLinks, installer: FlowInstaller,
                  node_ids: dict[str, int], control_ips: dict[str, str],
                  events: EventLog, aliases: dict[str, str] | None = None) -> None:
         """``node_ids``/``control_ips`` are keyed by scenario node name; ``aliases`` maps

@@ -32,7 +32,7 @@ from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
-from nestednet.model.link_table import LinkTable
+from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario import Scenario
 
 
@@ -112,7 +112,7 @@ class CaSession:
         names = list(scenario.node_names)
         self.lab_node = {name: k for k, name in enumerate(names, 1)}
         self.events = EventLog(events_path)
-        self.table = LinkTable(scenario.iphy_inventory())
+        self.table = InterNodeLinks(scenario.iphy_inventory())
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),

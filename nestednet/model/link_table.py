@@ -92,7 +92,7 @@ class LinkFail:
 Answer = LinkOk | LinkFail
 
 
-class LinkTable:
+class InterNodeLinks:
     """Established links and free iPHYs, changed only through atomic methods."""
 
     def __init__(self, inventory: Mapping[str, Iterable[int]],

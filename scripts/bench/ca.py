@@ -33,7 +33,7 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.player import Player
 from nestednet.ca.server import ControlServer, listen
-from nestednet.model.link_table import LinkTable
+from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.visibility import generate
 
 BRIDGE = "nnbench-ca"
@@ -54,7 +54,7 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
     scenario = generate(nodes=count, duration=steps, step=1, range_=250.0,
                         model="random-waypoint", seed=seed, iphys=iphys)
     names = list(scenario.node_names)
-    table = LinkTable(scenario.iphy_inventory())
+    table = InterNodeLinks(scenario.iphy_inventory())
     server = ControlServer(listen("127.0.0.1", 0))
     ports = {(n, f"iphy{j}"): k * iphys + j for k, n in enumerate(names)
              for j in range(1, iphys + 1)}

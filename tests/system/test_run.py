@@ -19,7 +19,7 @@ from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 from nestednet.lab.teardown import delete_lab
-from nestednet.model.link_table import LinkTable
+from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario_file import load_scenario
 
 pytestmark = pytest.mark.system
@@ -64,7 +64,7 @@ def _ping(lab: Lab, session: CaSession, src: str, src_iphy: int, dst: str,
     return code == 0
 
 
-def _check_table(table: LinkTable, visible: frozenset, session: CaSession) -> None:
+def _check_table(table: InterNodeLinks, visible: frozenset, session: CaSession) -> None:
     assert table.violations() == []
     assert table.unlinked_feasible_pairs() == []
     for link in table.links():

@@ -4,13 +4,13 @@ with the link table and requests_to_send, recording the events the CA would writ
 from __future__ import annotations
 
 from nestednet.model import events as ev
-from nestednet.model.link_table import LinkFail, LinkOk, LinkTable, requests_to_send
+from nestednet.model.link_table import InterNodeLinks, LinkFail, LinkOk, requests_to_send
 from nestednet.model.scenario import Scenario
 
 PEER_REASONS = {"no_free_iphy", "not_visible", "link_exists", "mutual_already_won"}
 
 
-def settle(table: LinkTable, t: float, step: int, out: list[ev.Event]) -> None:
+def settle(table: InterNodeLinks, t: float, step: int, out: list[ev.Event]) -> None:
     """Every node asks until nobody can ask any more (round-robin, one request at a time)."""
     failed: dict[str, set[str]] = {n: set() for n in table.nodes}
     progress = True
@@ -39,9 +39,9 @@ def settle(table: LinkTable, t: float, step: int, out: list[ev.Event]) -> None:
                                     iphys=(iphy,), reason=answer.reason.value))
 
 
-def run(scenario: Scenario) -> tuple[LinkTable, list[ev.Event], list[list[str]]]:
+def run(scenario: Scenario) -> tuple[InterNodeLinks, list[ev.Event], list[list[str]]]:
     """Play every step; returns the table, the events and the violations after each step."""
-    table = LinkTable(scenario.iphy_inventory())
+    table = InterNodeLinks(scenario.iphy_inventory())
     out: list[ev.Event] = []
     violations = []
     for i, step in enumerate(scenario.steps):

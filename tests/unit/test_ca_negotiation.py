@@ -18,7 +18,7 @@ from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.server import ControlServer, listen
 from nestednet.model.events import read_events
-from nestednet.model.link_table import LinkTable
+from nestednet.model.link_table import InterNodeLinks
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +41,7 @@ class RecordingInstaller:
 
 @pytest.fixture
 def lab(tmp_path):
-    table = LinkTable({n: range(1, IPHYS + 1) for n in NODES})
+    table = InterNodeLinks({n: range(1, IPHYS + 1) for n in NODES})
     server = ControlServer(listen("127.0.0.1", 0))
     installer = RecordingInstaller()
     ca = CommunicationAssistant(server, table, installer,
@@ -185,7 +185,7 @@ def test_mutual_requests_make_exactly_one_link(lab):
 
 def test_agents_with_more_iphys_than_the_scenario_do_not_storm(tmp_path):
     """Agents of 4-iPHY nodes in a 2-iPHY scenario: only iphy1/iphy2 are offered."""
-    table = LinkTable({n: range(1, 3) for n in ("n1", "n2", "n3")})
+    table = InterNodeLinks({n: range(1, 3) for n in ("n1", "n2", "n3")})
     server = ControlServer(listen("127.0.0.1", 0))
     ca = CommunicationAssistant(server, table, RecordingInstaller(),
                                 node_ids={"n1": 1, "n2": 2, "n3": 3},
@@ -228,7 +228,7 @@ def test_player_reports_each_step_and_pictures_are_written(tmp_path):
     from nestednet.model.scenario_file import load_scenario
 
     scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
-    table = LinkTable(scenario.iphy_inventory())
+    table = InterNodeLinks(scenario.iphy_inventory())
     server = ControlServer(listen("127.0.0.1", 0))
     ca = CommunicationAssistant(server, table, RecordingInstaller(),
                                 node_ids={n.name: n.node_id for n in scenario.nodes},

@@ -21,10 +21,10 @@ from nestednet.model import visibility as mobility
 from nestednet.model.line_of_sight import pair
 from nestednet.model.link_table import (
     FailReason,
+    InterNodeLinks,
     Link,
     LinkFail,
     LinkOk,
-    LinkTable,
     requests_to_send,
 )
 from nestednet.model.scenario import NodeSpec, Scenario, Step
@@ -34,12 +34,12 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 EXAMPLE_FILES = ["small-4x2.json", "demo-12x4.json", "nestednet-format-example.json"]
 
 
-def snapshot(table: LinkTable) -> tuple:
+def snapshot(table: InterNodeLinks) -> tuple:
     """Everything a request could change: links and every node's free iPHYs."""
     return (tuple(table.links()), {n: tuple(table.free_iphys(n)) for n in table.nodes})
 
 
-def independent_invariant_breaches(table: LinkTable) -> list[str]:
+def independent_invariant_breaches(table: InterNodeLinks) -> list[str]:
     """The three invariants, checked from the public view only."""
     found = []
     links = table.links()
@@ -63,12 +63,12 @@ def independent_invariant_breaches(table: LinkTable) -> list[str]:
     return found
 
 
-def assert_sound(table: LinkTable) -> None:
+def assert_sound(table: InterNodeLinks) -> None:
     assert table.violations() == []
     assert independent_invariant_breaches(table) == []
 
 
-def expect_fail(table: LinkTable, src: str, dst: str, iphy: int,
+def expect_fail(table: InterNodeLinks, src: str, dst: str, iphy: int,
                 reason: FailReason) -> LinkFail:
     before = snapshot(table)
     answer = table.request(src, dst, iphy)
@@ -81,7 +81,7 @@ def expect_fail(table: LinkTable, src: str, dst: str, iphy: int,
     return answer
 
 
-def expect_ok(table: LinkTable, src: str, dst: str, iphy: int, dst_iphy: int) -> Link:
+def expect_ok(table: InterNodeLinks, src: str, dst: str, iphy: int, dst_iphy: int) -> Link:
     answer = table.request(src, dst, iphy)
     assert isinstance(answer, LinkOk), answer
     assert answer.link == Link(src=src, src_iphy=iphy, dst=dst, dst_iphy=dst_iphy)
@@ -92,9 +92,9 @@ def expect_ok(table: LinkTable, src: str, dst: str, iphy: int, dst_iphy: int) ->
     return answer.link
 
 
-def triangle(iphys: int = 2) -> LinkTable:
+def triangle(iphys: int = 2) -> InterNodeLinks:
     inventory = {n: range(1, iphys + 1) for n in ("a", "b", "c")}
-    return LinkTable(inventory, [("a", "b"), ("a", "c"), ("b", "c")])
+    return InterNodeLinks(inventory, [("a", "b"), ("a", "c"), ("b", "c")])
 
 
 # -- LINK_OK --------------------------------------------------------------------------
@@ -102,7 +102,7 @@ def triangle(iphys: int = 2) -> LinkTable:
 
 @pytest.mark.unit
 def test_link_ok_uses_the_destinations_lowest_free_iphy():
-    table = LinkTable({"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2]},
+    table = InterNodeLinks({"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2]},
                       [("a", "b"), ("a", "c"), ("b", "c")])
     expect_ok(table, "c", "b", 2, dst_iphy=1)
     expect_ok(table, "a", "b", 3, dst_iphy=2)
@@ -115,7 +115,7 @@ def test_link_ok_uses_the_destinations_lowest_free_iphy():
 
 @pytest.mark.unit
 def test_link_ok_for_iphy_numbers_that_are_not_contiguous():
-    table = LinkTable({"a": [7], "b": [5, 3]}, [("b", "a")])
+    table = InterNodeLinks({"a": [7], "b": [5, 3]}, [("b", "a")])
     expect_ok(table, "a", "b", 7, dst_iphy=3)
     assert table.free_iphys("b") == [5]
 
@@ -139,7 +139,7 @@ def test_same_node():
 
 @pytest.mark.unit
 def test_not_visible():
-    table = LinkTable({"a": [1], "b": [1], "c": [1]}, [("a", "b")])
+    table = InterNodeLinks({"a": [1], "b": [1], "c": [1]}, [("a", "b")])
     expect_fail(table, "a", "c", 1, FailReason.NOT_VISIBLE)
     expect_fail(table, "c", "b", 1, FailReason.NOT_VISIBLE)
     expect_ok(table, "b", "a", 1, dst_iphy=1)
@@ -182,7 +182,7 @@ def test_mutual_request_after_the_other_side_won(winner, loser):
 
 @pytest.mark.unit
 def test_destination_has_no_free_iphy():
-    table = LinkTable({"a": [1, 2], "b": [1, 2], "c": [1]},
+    table = InterNodeLinks({"a": [1, 2], "b": [1, 2], "c": [1]},
                       [("a", "b"), ("a", "c"), ("b", "c")])
     expect_ok(table, "b", "c", 1, dst_iphy=1)
     expect_fail(table, "a", "c", 1, FailReason.NO_FREE_IPHY)
@@ -204,7 +204,7 @@ def test_fail_reasons_are_the_wire_strings():
 @pytest.mark.unit
 def test_simultaneous_mutual_requests_make_exactly_one_link():
     """A->B and B->A released together, many rounds: one LINK_OK, one mutual_already_won."""
-    table = LinkTable({"a": [1, 2], "b": [1, 2]}, [("a", "b")])
+    table = InterNodeLinks({"a": [1, 2], "b": [1, 2]}, [("a", "b")])
     rounds = 300
     barrier = threading.Barrier(3)  # the two requesters and this thread
     answers: dict[str, list] = {"a": [], "b": []}
@@ -250,7 +250,7 @@ def test_simultaneous_mutual_requests_make_exactly_one_link():
 def test_many_threads_racing_for_the_last_free_iphy():
     sources = [f"s{i}" for i in range(8)]
     inventory = {s: [1] for s in sources} | {"hub": [1]}
-    table = LinkTable(inventory, [(s, "hub") for s in sources])
+    table = InterNodeLinks(inventory, [(s, "hub") for s in sources])
     for _ in range(50):
         barrier = threading.Barrier(len(sources))
         results: list = []
@@ -280,7 +280,7 @@ def test_many_threads_racing_for_the_last_free_iphy():
 
 @pytest.mark.unit
 def test_set_visibility_returns_exactly_the_lost_links_and_frees_their_iphys():
-    table = LinkTable({n: [1, 2] for n in ("a", "b", "c", "d")},
+    table = InterNodeLinks({n: [1, 2] for n in ("a", "b", "c", "d")},
                       [("a", "b"), ("a", "c"), ("b", "c"), ("c", "d")])
     ab = expect_ok(table, "a", "b", 1, dst_iphy=1)
     ca = expect_ok(table, "c", "a", 1, dst_iphy=2)
@@ -305,7 +305,7 @@ def test_set_visibility_returns_exactly_the_lost_links_and_frees_their_iphys():
 
 @pytest.mark.unit
 def test_set_visibility_ignores_unknown_nodes_and_self_pairs():
-    table = LinkTable({"a": [1], "b": [1]})
+    table = InterNodeLinks({"a": [1], "b": [1]})
     assert table.visible == frozenset()
     table.set_visibility([("a", "x"), ("a", "a"), ("b", "a")])
     assert table.visible == {("a", "b")}
@@ -374,7 +374,7 @@ operations = st.lists(st.one_of(
 ), max_size=60)
 
 
-def expected_reason(table: LinkTable, src: str, dst: str, iphy: int) -> FailReason | None:
+def expected_reason(table: InterNodeLinks, src: str, dst: str, iphy: int) -> FailReason | None:
     """Algorithm 1 restated from the thesis, on the public view of the table."""
     if src not in table.nodes or dst not in table.nodes:
         return FailReason.UNKNOWN_NODE
@@ -402,7 +402,7 @@ def expected_reason(table: LinkTable, src: str, dst: str, iphy: int) -> FailReas
 @given(iphys=st.lists(st.integers(1, 3), min_size=len(NODES), max_size=len(NODES)),
        initial=st.sets(st.sampled_from(PAIRS)), ops=operations)
 def test_random_operations_keep_the_invariants(iphys, initial, ops):
-    table = LinkTable({n: range(1, k + 1) for n, k in zip(NODES, iphys, strict=True)}, initial)
+    table = InterNodeLinks({n: range(1, k + 1) for n, k in zip(NODES, iphys, strict=True)}, initial)
     assert_sound(table)
     for op in ops:
         kind = op[0]
@@ -497,7 +497,7 @@ def test_unlinked_feasible_pairs_before_and_after_settling():
 @pytest.mark.unit
 def test_small_4x2_does_what_its_description_says():
     scenario = load_scenario(SCENARIOS / "small-4x2.json")
-    table = LinkTable(scenario.iphy_inventory())
+    table = InterNodeLinks(scenario.iphy_inventory())
     per_step = []
     for i, step in enumerate(scenario.steps):
         lost = table.set_visibility(step.visible)
