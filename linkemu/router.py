@@ -26,9 +26,9 @@ from pathlib import Path
 
 from linkemu.router_api import RouterApi
 from linkemu.router_plan import RouterPlan
-from nestednet import capabilities
 from nestednet.adapters import os_ken_compat
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.vm import in_full_kernel_vm
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 
 LOOPBACK = "127.0.0.1"
@@ -166,7 +166,7 @@ def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEF
           directory: str | Path | None = None, timeout: float | None = None) -> RouterState:
     """Run rest_router for ``bridge`` and wait until the bridge has joined it."""
     if timeout is None:
-        timeout = VM_START_TIMEOUT if capabilities.in_full_kernel_vm() else START_TIMEOUT
+        timeout = VM_START_TIMEOUT if in_full_kernel_vm() else START_TIMEOUT
     if ofp_port == rest_port:
         raise UsageError(f"OpenFlow and REST ports must differ (both {ofp_port})")
     existing = load_state(directory)

@@ -17,8 +17,8 @@ from typing import Any
 
 from linkemu import linksfile, router, router_plan
 from linkemu.model import DIRECTIONS, EmulatedLinks, Link, LinkShape
-from nestednet import capabilities
 from nestednet.adapters import tc
+from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.model import tcplan, units
 
@@ -112,7 +112,7 @@ def tc_part(table: EmulatedLinks, shaper: str = DEFAULT_SHAPER,
             qdiscs: dict[str, bool] | None = None) -> tcplan.TcPlan:
     """The tc part of `apply` for ``table``.
 
-    ``qdiscs`` is what the kernel offers (capabilities.available_qdiscs()); None
+    ``qdiscs`` is what the kernel offers (nestednet.capabilities.shaping.available_qdiscs()); None
     means "assume everything" (dry runs without root). Raises EnvironmentProblem
     naming the missing modules, before anything is touched.
     """
@@ -192,7 +192,7 @@ def execute(plan: ApplyPlan) -> Applied:
 
 def apply_file(path: str | Path, shaper: str = DEFAULT_SHAPER) -> Applied:
     table = validate(path)
-    return execute(plan_apply(table, shaper, capabilities.available_qdiscs()))
+    return execute(plan_apply(table, shaper, available_qdiscs()))
 
 
 # --- set ------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from linkemu import router, router_plan
 from linkemu.model import EmulatedLinks, Emulator, Link, LinkShape, RouterSide
-from nestednet import capabilities
 from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import is_root, ovs_datapath
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 
 STATE_FILE = "testbed.json"
@@ -189,7 +189,7 @@ def up(layout: Layout, *, directory: str | Path | None = None,
        start_timeout: float | None = None) -> Testbed:
     """Build the testbed; on any failure remove what was built and re-raise."""
     where = router.state_dir(directory)
-    if not capabilities.is_root():
+    if not is_root():
         raise EnvironmentProblem("`linkemu testbed up` needs root (network namespaces, veths, "
                                  "Open vSwitch)", hint="run it with sudo")
     if (where / STATE_FILE).exists():
@@ -208,7 +208,7 @@ def up(layout: Layout, *, directory: str | Path | None = None,
         _build_links(layout, record)
         _configure_namespaces(layout)
         timings["namespaces"] = round(time.monotonic() - began, 3)
-        datapath = capabilities.ovs_datapath()
+        datapath = ovs_datapath()
         step = time.monotonic()
         with Ovsdb() as db:
             marks = {OWNER_KEY: "testbed"}

@@ -9,6 +9,7 @@ import click
 from linkemu import router
 from linkemu.model import Emulator
 from nestednet.cli.output import out_console, print_json, progress
+from nestednet.errors import ExitStatus
 
 STATE_DIR_OPTION = click.option(
     "--state-dir", envvar="LINKEMU_STATE_DIR", default=router.DEFAULT_STATE_DIR,
@@ -93,7 +94,7 @@ def status(state_dir: str, as_json: bool) -> None:
         print_json(st.as_dict())
     else:
         _print_status(st)
-    sys.exit(0 if st.healthy else 1)
+    sys.exit(ExitStatus.OK if st.healthy else ExitStatus.FAILURE)
 
 
 def _print_status(st: router.RouterStatus) -> None:

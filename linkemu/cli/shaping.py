@@ -8,7 +8,8 @@ import click
 from rich.table import Table
 
 from linkemu import shaping
-from nestednet import capabilities
+from nestednet.capabilities.nodes import is_root
+from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.cli.output import out_console, print_json, progress
 from nestednet.model import tcplan, units
 
@@ -55,7 +56,7 @@ def apply_cmd(file: str, dry_run: bool, shaper: str, as_json: bool) -> None:
       linkemu apply links.json --shaper hfsc
     """
     table = shaping.validate(file)
-    qdiscs = capabilities.available_qdiscs() if capabilities.is_root() else None
+    qdiscs = available_qdiscs() if is_root() else None
     if dry_run:
         plan = shaping.plan_apply(table, shaper, None)
         missing = shaping.missing_modules(shaper, table, qdiscs) if qdiscs is not None else None

@@ -26,9 +26,9 @@ LAB_PREFIX = "b"
 
 def machine_info() -> dict:
     """Cores, memory, kernel, OVS datapath and versions: what makes runs comparable."""
-    from nestednet import capabilities
     from nestednet.adapters import docker_engine
     from nestednet.adapters.ovsdb import Ovsdb
+    from nestednet.capabilities.nodes import cgroup_version, ovs_datapath
 
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     info = {
@@ -37,8 +37,8 @@ def machine_info() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "nestednet": __version__,
-        "ovs_datapath": capabilities.ovs_datapath(),
-        "cgroup": capabilities.cgroup_version(),
+        "ovs_datapath": ovs_datapath(),
+        "cgroup": cgroup_version(),
         "loadavg_at_start": os.getloadavg(),
     }
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from nestednet.cli.output import out_console, print_json, progress
+from nestednet.errors import ExitStatus
 
 EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "all")
 
@@ -60,4 +61,4 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bo
     if len(results) > 1:
         out_console.print(f"report: {out / 'report.md'}")
     if failed:
-        sys.exit(1)
+        sys.exit(ExitStatus.FAILURE)

@@ -6,8 +6,9 @@ import sys
 
 import click
 
-from nestednet import capabilities
+from nestednet.capabilities.report import ready_for_create, report
 from nestednet.cli.output import out_console, print_json
+from nestednet.errors import ExitStatus
 
 
 def register(group: click.Group) -> None:
@@ -23,8 +24,8 @@ def doctor(as_json: bool) -> None:
     `nestednet create` needs is there, 1 otherwise.
     """
     image = _probe_image()
-    checks = capabilities.report(image)
-    ready = capabilities.ready_for_create(checks)
+    checks = report(image)
+    ready = ready_for_create(checks)
     if as_json:
         print_json({"ready_for_create": ready, "checks": [c.as_dict() for c in checks]})
     else:
@@ -36,7 +37,7 @@ def doctor(as_json: bool) -> None:
                 out_console.print(f"         {'':<{width}}  fix: {c.fix}", soft_wrap=True)
         verdict = "ready for `nestednet create`" if ready else "NOT ready for `nestednet create`"
         out_console.print(f"\n{verdict}")
-    sys.exit(0 if ready else 1)
+    sys.exit(ExitStatus.OK if ready else ExitStatus.FAILURE)
 
 
 def _probe_image() -> str | None:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import docker
 
-from nestednet import capabilities, images
+from nestednet import images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 from nestednet.lab import designs, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
@@ -80,7 +81,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
     try:
         _check_free(request.lab, record, client, host_ovs, shape)
         record.claim()
-        datapath = capabilities.ovs_datapath()
+        datapath = ovs_datapath()
         meta = initial_meta(request, shape, plan, datapath, design.parent_security(client),
                             kind=design.kind)
         record.write_meta(meta)

@@ -17,9 +17,14 @@ import docker
 import docker.errors
 from pyroute2 import NetlinkError
 
-from nestednet import capabilities, images
+from nestednet import images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import (
+    PARENT_CAPSET_OPTIONS,
+    PARENT_PRIVILEGED_OPTIONS,
+    parent_security_mode,
+)
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import node_image, wiring
 from nestednet.lab.design import (
@@ -57,9 +62,9 @@ class NestedDesign(NodeDesign):
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
 
     def parent_security(self, client: docker.DockerClient) -> str:
-        mode = capabilities.parent_security_mode(images.DIND_IMAGE)
-        self.security = (capabilities.PARENT_PRIVILEGED_OPTIONS if mode == "privileged"
-                         else capabilities.PARENT_CAPSET_OPTIONS)
+        mode = parent_security_mode(images.DIND_IMAGE)
+        self.security = (PARENT_PRIVILEGED_OPTIONS if mode == "privileged"
+                         else PARENT_CAPSET_OPTIONS)
         return mode
 
     def prepare(self, build: Build) -> None:

@@ -27,12 +27,12 @@ import threading
 import time
 from pathlib import Path
 
-from nestednet import capabilities
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.assistant import CommunicationAssistant, EventLog
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.player import Player
 from nestednet.ca.server import ControlServer, listen
+from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.visibility import generate
 
@@ -164,7 +164,7 @@ def main() -> None:
         raise SystemExit("run as root (creates an OVS bridge)")
     with Ovsdb() as ovs:
         ovs.del_bridge(BRIDGE)
-        ovs.add_bridge(BRIDGE, datapath_type=capabilities.ovs_datapath(),
+        ovs.add_bridge(BRIDGE, datapath_type=ovs_datapath(),
                        external_ids={"org.nestednet.bench": "ca"})
     try:
         runs = [measure(n, args.iphys, args.steps, args.seed, args.settle_timeout)
@@ -176,7 +176,7 @@ def main() -> None:
         runs.append(measure_lab(args.lab_nodes, args.iphys, args.steps, args.seed,
                                 args.settle_timeout))
     report = {"benchmark": "ca", "cores": os.cpu_count(),
-              "datapath": capabilities.ovs_datapath(), "target_ms_100_nodes": 100,
+              "datapath": ovs_datapath(), "target_ms_100_nodes": 100,
               "runs": runs}
     print(json.dumps(report, indent=2))
     if args.plot:

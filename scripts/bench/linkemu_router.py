@@ -21,8 +21,8 @@ import tempfile
 import time
 
 from linkemu import router, router_plan, testbed
-from nestednet import capabilities
 from nestednet.adapters import netns_exec
+from nestednet.capabilities.nodes import ovs_datapath
 
 OFP_PORT, REST_PORT = 36653, 38081
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--pings", type=int, default=50)
     args = parser.parse_args()
 
-    result: dict = {"datapath": capabilities.ovs_datapath(), "sizes": []}
+    result: dict = {"datapath": ovs_datapath(), "sizes": []}
     for n in args.clients:
         where = tempfile.mkdtemp(prefix="lerb-state-")
         layout = testbed.Layout(clients=n, prefix="lerb")

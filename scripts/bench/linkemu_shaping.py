@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from linkemu import linksfile, measure, shaping, testbed  # noqa: E402
-from nestednet import capabilities  # noqa: E402
+from nestednet.capabilities.shaping import available_qdiscs  # noqa: E402
 
 LAYOUT = testbed.Layout(clients=2, prefix="leb")
 PAYLOAD_SHARE = 1448 / 1514
@@ -73,7 +73,7 @@ def main() -> int:
 
     state = tempfile.mkdtemp(prefix="leb-bench-")
     os.environ[shaping.STATE_DIR_ENV] = state
-    qdiscs = capabilities.available_qdiscs()
+    qdiscs = available_qdiscs()
     out: dict = {"shaper": args.shaper, "in_vm": bool(os.environ.get("NESTEDNET_IN_VM")),
                  "kernel": os.uname().release, "load_average": os.getloadavg(),
                  "parameters": vars(args), "goodput": [], "rtt": []}

@@ -12,8 +12,8 @@ import uuid
 import pytest
 from pyroute2 import IPRoute, NetNS, netns
 
-from nestednet import capabilities
 from nestednet.adapters import netns_exec
+from nestednet.capabilities.shaping import available_qdiscs
 
 pytestmark = pytest.mark.kernel
 
@@ -59,7 +59,7 @@ def _rtts_ms(namespace: str, count: int = 10) -> tuple[float, float]:
 
 
 def test_host_or_vm_has_the_qdiscs():
-    found = capabilities.available_qdiscs()
+    found = available_qdiscs()
     assert found["netem"] and found["hfsc"], found
 
 

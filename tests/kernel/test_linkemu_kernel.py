@@ -30,8 +30,8 @@ from click.testing import CliRunner, Result
 
 from linkemu import measure, router, shaping, testbed
 from linkemu.cli import main
-from nestednet import capabilities
 from nestednet.adapters import netlink, netns_exec, tc
+from nestednet.capabilities.shaping import available_qdiscs
 
 pytestmark = pytest.mark.kernel
 
@@ -67,7 +67,7 @@ def ok(*argv: str) -> Result:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    found = capabilities.available_qdiscs()
+    found = available_qdiscs()
     if not (found["netem"] and found["hfsc"]):
         pytest.skip("needs sch_netem and sch_hfsc: run in the full-kernel VM (scripts/kernel-vm)")
     state = tmp_path_factory.mktemp("linkemu-state")

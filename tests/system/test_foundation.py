@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nestednet import capabilities, images
+from nestednet import images
 from nestednet.adapters import docker_engine
+from nestednet.capabilities.nodes import cgroup_version, ovs_datapath, parent_security_mode
+from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.errors import EnvironmentProblem
 
 pytestmark = pytest.mark.system
@@ -55,12 +57,12 @@ def test_doctor_json_agrees_with_detection():
     report = json.loads(done.stdout)
     checks = {c["name"]: c for c in report["checks"]}
     assert done.returncode == (0 if report["ready_for_create"] else 1)
-    for kind, present in capabilities.available_qdiscs().items():
+    for kind, present in available_qdiscs().items():
         assert checks[f"qdisc:{kind}"]["ok"] is present
-    datapath = capabilities.ovs_datapath()
+    datapath = ovs_datapath()
     assert ("userspace" in checks["datapath"]["detail"]) is (datapath == "netdev")
-    assert checks["cgroup"]["detail"].startswith(f"cgroup {capabilities.cgroup_version()}")
-    mode = capabilities.parent_security_mode(images.COMPONENT_IMAGE)
+    assert checks["cgroup"]["detail"].startswith(f"cgroup {cgroup_version()}")
+    mode = parent_security_mode(images.COMPONENT_IMAGE)
     assert ("fallback" in checks["privileged"]["detail"]) is (mode == "capset")
     for c in report["checks"]:
         assert c["ok"] or c["fix"] or c["name"] == "privileged", c

@@ -132,11 +132,11 @@ def test_router_status_is_healthy_and_holds_the_plan(state: Path, info: dict) ->
     result = CliRunner().invoke(main, ["router", "status", "--state-dir", str(state), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["healthy"] is True
-    from nestednet import capabilities
+    from nestednet.capabilities.nodes import ovs_datapath
 
     with Ovsdb() as db:  # kernel datapath where the module exists (the VM), else netdev
         kind = db.api.db_get("Bridge", f"{PREFIX}-br", "datapath_type").execute(check_error=True)
-    assert kind == capabilities.ovs_datapath()
+    assert kind == ovs_datapath()
 
 
 @pytest.mark.system
@@ -194,11 +194,11 @@ def test_failed_up_removes_what_it_built(tmp_path: Path) -> None:
 
 @pytest.mark.system
 def test_router_on_someone_elses_bridge_restores_its_settings(tmp_path: Path) -> None:
-    from nestednet import capabilities
+    from nestednet.capabilities.nodes import ovs_datapath
 
     bridge = "lerx-ctl"
     with Ovsdb() as db:
-        db.add_bridge(bridge, datapath_type=capabilities.ovs_datapath(),
+        db.add_bridge(bridge, datapath_type=ovs_datapath(),
                       external_ids={"owner": "someone"},
                       protocols=("OpenFlow10",))
         db.set_controller(bridge, "tcp:127.0.0.1:1", connection_mode="in-band")

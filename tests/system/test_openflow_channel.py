@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from nestednet import capabilities
 from nestednet.adapters import openflow
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.errors import EnvironmentProblem
 
 pytestmark = pytest.mark.system
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.system
 def bridge():
     name = f"nnt-of{uuid.uuid4().hex[:4]}"
     with Ovsdb() as ovs:
-        ovs.add_bridge(name, datapath_type=capabilities.ovs_datapath(),
+        ovs.add_bridge(name, datapath_type=ovs_datapath(),
                        external_ids={"org.nestednet.test": "openflow"})
     try:
         yield name

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from linkemu import linksfile, shaping
 from linkemu.cli import main
-from nestednet import capabilities
 from nestednet.adapters import netlink, tc
+from nestednet.capabilities.shaping import available_qdiscs
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Ports:
 
 @pytest.fixture
 def topo(tmp_path, monkeypatch):
-    if capabilities.available_qdiscs()["netem"]:
+    if available_qdiscs()["netem"]:
         pytest.skip("this kernel has sch_netem: the refusal path cannot be shown here")
     monkeypatch.setenv(shaping.STATE_DIR_ENV, str(tmp_path / "state"))
     ports = Ports(emu=f"les-{uuid.uuid4().hex[:6]}")

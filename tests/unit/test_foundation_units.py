@@ -8,8 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from linkemu.cli import main as linkemu_main
-from nestednet import capabilities, images
-from nestednet.capabilities import Check
+from nestednet import images
+from nestednet.capabilities.check import Check
+from nestednet.capabilities.report import ready_for_create
+from nestednet.capabilities.vm import _version_key
 from nestednet.cli import main as nestednet_main
 
 pytestmark = pytest.mark.unit
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.unit
 def test_kernel_versions_sort_numerically():
     paths = ["/boot/vmlinuz-6.1.0-9-amd64", "/boot/vmlinuz-6.1.0-56-amd64",
              "/boot/vmlinuz-5.10.0-30-amd64"]
-    newest = sorted(paths, key=capabilities._version_key, reverse=True)
+    newest = sorted(paths, key=_version_key, reverse=True)
     assert newest[0].endswith("6.1.0-56-amd64")
     assert newest[-1].endswith("5.10.0-30-amd64")
 
@@ -26,9 +28,9 @@ def test_kernel_versions_sort_numerically():
 def test_ready_for_create_ignores_optional_checks():
     checks = [Check("docker", True, "", needed_for_create=True),
               Check("qdisc:netem", False, "MISSING")]
-    assert capabilities.ready_for_create(checks)
+    assert ready_for_create(checks)
     checks.append(Check("ovs", False, "down", needed_for_create=True))
-    assert not capabilities.ready_for_create(checks)
+    assert not ready_for_create(checks)
 
 
 def test_inputs_hash_follows_content(tmp_path: Path):

@@ -1,0 +1,179 @@
+"""What building a lab's nodes needs: root, the Docker engine, a way to start
+Docker-in-Docker parents, cgroup controllers, Open vSwitch and its datapath."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+from nestednet import LABEL_PREFIX
+from nestednet.adapters import ovsdb
+from nestednet.capabilities.check import Check
+from nestednet.errors import EnvironmentProblem
+
+PARENT_CAPSET_OPTIONS: dict = {
+    "cap_add": ["ALL"],
+    "cap_drop": ["SYS_RESOURCE"],
+    "security_opt": ["seccomp=unconfined", "apparmor=unconfined"],
+    "devices": ["/dev/net/tun:/dev/net/tun:rwm"],
+    "unmask_system_paths": True,
+}
+"""Docker-in-Docker without --privileged (PLATFORM.md: refused where CAP_SYS_RESOURCE
+is outside the bounding set). Everything a nested engine and a userspace OVS need."""
+
+PARENT_PRIVILEGED_OPTIONS: dict = {"privileged": True}
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+# --- Docker -----------------------------------------------------------------------
+
+
+def docker_check() -> Check:
+    # Lazy: the docker SDK adds ~0.1 s to every CLI start-up (doctor imports this module).
+    from nestednet.adapters import docker_engine
+
+    try:
+        client = docker_engine.connect(timeout=10)
+    except EnvironmentProblem as exc:
+        return Check("docker", False, str(exc), "run `scripts/setup` (starts dockerd)", True)
+    return Check("docker", True, f"engine {docker_engine.engine_version(client)} reachable",
+                 needed_for_create=True)
+
+
+SECURITY_CACHE = Path("/var/lib/nestednet/parent-security.json")
+"""Probe results per (boot, engine, image): the probe costs ~1.5 s, paid on every
+`nestednet create` otherwise. A reboot or a new image probes again."""
+
+
+@functools.cache
+def parent_security_mode(image: str) -> str:
+    """Return "privileged" or "capset": how node parents must be started here.
+
+    Runs a throwaway container from ``image`` each way (once per boot, engine and
+    image; see SECURITY_CACHE); raises EnvironmentProblem when neither starts.
+    """
+    # Lazy: the docker SDK adds ~0.1 s to every CLI start-up (doctor imports this module).
+    from nestednet.adapters import docker_engine
+
+    client = docker_engine.connect()
+    try:
+        key = "/".join((Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                        str(client.info().get("ID")), client.images.get(image).id))
+        cache = json.loads(SECURITY_CACHE.read_text()) if SECURITY_CACHE.exists() else {}
+    except Exception:  # no cache is fine: probe
+        key, cache = "", {}
+    if key and cache.get(key) in ("privileged", "capset"):
+        return cache[key]
+    mode = _probe_parent_security(client, image)
+    if key:
+        with contextlib.suppress(OSError):
+            SECURITY_CACHE.parent.mkdir(parents=True, exist_ok=True)
+            tmp = SECURITY_CACHE.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({key: mode}))
+            tmp.replace(SECURITY_CACHE)
+    return mode
+
+
+def _probe_parent_security(client, image: str) -> str:
+    # Lazy: the docker SDK adds ~0.1 s to every CLI start-up (doctor imports this module).
+    import docker.errors
+
+    from nestednet.adapters import docker_engine
+
+    errors = []
+    for mode, options in (("privileged", PARENT_PRIVILEGED_OPTIONS),
+                          ("capset", PARENT_CAPSET_OPTIONS)):
+        name = f"nestednet-probe-{uuid.uuid4().hex[:8]}"
+        try:
+            container = docker_engine.start_container(
+                client, image, name=name, command=["true"], entrypoint=[],
+                labels={f"{LABEL_PREFIX}.probe": "privilege"}, security=options)
+            if container.wait(timeout=60).get("StatusCode") == 0:
+                return mode
+            errors.append(f"{mode}: probe container exited non-zero")
+        except docker.errors.DockerException as exc:
+            errors.append(f"{mode}: {docker_engine.explain(exc)}")
+        finally:
+            with contextlib.suppress(docker.errors.DockerException):
+                client.containers.get(name).remove(force=True)
+    raise EnvironmentProblem("no way to start a Docker-in-Docker parent here: " + "; ".join(errors))
+
+
+def privilege_check(image: str | None) -> Check:
+    if image is None:
+        return Check("privileged", False, "not probed: no image to probe with yet",
+                     "run `nestednet images build`", True)
+    try:
+        mode = parent_security_mode(image)
+    except EnvironmentProblem as exc:
+        return Check("privileged", False, str(exc), "", True)
+    if mode == "privileged":
+        return Check("privileged", True, "--privileged works", needed_for_create=True)
+    return Check("privileged", True,
+                 "--privileged refused; the explicit capability set works (fallback in use)",
+                 needed_for_create=True)
+
+
+# --- cgroups ----------------------------------------------------------------------
+
+
+def cgroup_version() -> str:
+    return "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1"
+
+
+def cgroup_check() -> Check:
+    version = cgroup_version()
+    controllers = "cpu, memory"
+    if version == "v1":
+        ok = all(os.path.isdir(f"/sys/fs/cgroup/{c}") for c in ("cpu", "memory"))
+    else:
+        text = Path("/sys/fs/cgroup/cgroup.controllers").read_text()
+        ok = "memory" in text and "cpu" in text
+    return Check("cgroup", ok, f"cgroup {version}" + ("" if ok else f", missing {controllers}"),
+                 "" if ok else "enable the cpu and memory controllers", True)
+
+
+# --- Open vSwitch -----------------------------------------------------------------
+
+
+def ovs_check() -> Check:
+    if shutil.which("ovs-vsctl") is None:
+        return Check("ovs", False, "Open vSwitch not installed",
+                     "apt-get install openvswitch-switch (or run scripts/setup)", True)
+    try:
+        version = ovsdb.Ovsdb().ovs_version()
+    except Exception as exc:  # any failure to talk to ovsdb means "not running" to a user
+        return Check("ovs", False, f"ovsdb-server not reachable: {exc}",
+                     "run scripts/setup (starts ovs-ctl)", True)
+    return Check("ovs", True, f"Open vSwitch {version} running", needed_for_create=True)
+
+
+@functools.cache
+def ovs_datapath() -> str:
+    """"system" when the openvswitch kernel module is (or can be) loaded, else "netdev"."""
+    if os.path.isdir("/sys/module/openvswitch"):
+        return "system"
+    if shutil.which("modprobe"):
+        done = subprocess.run(["modprobe", "-q", "openvswitch"], capture_output=True)
+        if done.returncode == 0 and os.path.isdir("/sys/module/openvswitch"):
+            return "system"
+    return "netdev"
+
+
+def datapath_check() -> Check:
+    dp = ovs_datapath()
+    if dp == "system":
+        return Check("datapath", True, "kernel datapath (openvswitch module)",
+                     needed_for_create=True)
+    return Check("datapath", True,
+                 "userspace datapath only (netdev; no openvswitch kernel module)",
+                 needed_for_create=True)

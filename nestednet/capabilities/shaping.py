@@ -1,0 +1,79 @@
+"""What tc shaping and linkemu's router need: qdisc kinds in this kernel, os-ken."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import uuid
+
+from nestednet.capabilities.check import Check
+from nestednet.capabilities.nodes import is_root
+
+QDISC_KINDS = ("netem", "hfsc", "htb", "tbf")
+
+# --- traffic control --------------------------------------------------------------
+
+
+@functools.cache
+def available_qdiscs() -> dict[str, bool]:
+    """Try each qdisc kind on the loopback of a scratch network namespace."""
+    # Lazy: pyroute2 adds ~0.15 s to every CLI start-up (doctor and linkemu import this).
+    from pyroute2 import NetlinkError, NetNS, netns
+
+    name = f"nestednet-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    result = dict.fromkeys(QDISC_KINDS, False)
+    attempts = {
+        "netem": {"delay": 1000},
+        "hfsc": {"default": 1},
+        "htb": {"default": 1},
+        "tbf": {"rate": "1mbit", "burst": 16000, "latency": 50000},
+    }
+    netns.create(name)
+    try:
+        with NetNS(name) as ns:
+            lo = ns.link_lookup(ifname="lo")[0]
+            ns.link("set", index=lo, state="up")
+            for kind in QDISC_KINDS:
+                try:
+                    ns.tc("add", kind, index=lo, handle="1:0", **attempts[kind])
+                    result[kind] = True
+                    ns.tc("del", index=lo, handle="1:0", root=True)
+                except NetlinkError:
+                    result[kind] = False
+    finally:
+        netns.remove(name)
+    return result
+
+
+def qdisc_checks() -> list[Check]:
+    if not is_root():
+        return [Check(f"qdisc:{k}", False, "not probed (needs root)") for k in QDISC_KINDS]
+    found = available_qdiscs()
+    checks = []
+    for kind in QDISC_KINDS:
+        ok = found[kind]
+        fix = "" if ok else (f"this kernel lacks sch_{kind}: kernel tests run in the "
+                             "full-kernel VM (scripts/kernel-vm)")
+        checks.append(Check(f"qdisc:{kind}", ok, "available" if ok else "MISSING in this kernel",
+                            fix))
+    return checks
+
+
+# --- router stack -----------------------------------------------------------------
+
+
+def router_check() -> Check:
+    code = ("import nestednet.adapters.os_ken_compat as c; c.import_rest_router(); "
+            "print(c.os_ken_version())")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+    except OSError as exc:
+        return Check("router", False, f"could not run {sys.executable}: {exc}")
+    if done.returncode == 0:
+        return Check("router", True, f"os-ken {done.stdout.strip()} rest_router importable")
+    last = (done.stderr.strip().splitlines() or ["unknown error"])[-1]
+    return Check("router", False, f"os_ken.app.rest_router not importable: {last}",
+                 "pip install 'os-ken==1.4.1' 'eventlet==0.33.3' (scripts/setup does)")
