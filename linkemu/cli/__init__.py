@@ -1,10 +1,16 @@
-"""The `linkemu` command line: parses, calls the library, prints."""
+"""The `linkemu` command line: parses, calls the library, prints.
+
+- `router`: `linkemu router start|stop|status` (os-ken rest_router on a bridge).
+- `testbed`: `linkemu testbed up|down` (clients, edge router, emulator, server).
+- `shaping`: apply, set, show, edit, clear (links files to router + tc).
+"""
 
 from __future__ import annotations
 
 import click
 
-from nestednet.cli.output import ErrorHandlingGroup
+from linkemu.cli import router, shaping, testbed
+from nestednet.console import ErrorHandlingGroup
 
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,13 +22,5 @@ def main() -> None:
     """
 
 
-def _register() -> None:
-    # Each command module adds its commands here: from linkemu.cli import x; x.register(main)
-    from linkemu.cli import router, shaping, testbed
-
-    router.register(main)
-    testbed.register(main)
-    shaping.register(main)
-
-
-_register()
+for _module in (router, testbed, shaping):
+    _module.register(main)

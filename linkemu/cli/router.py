@@ -8,7 +8,7 @@ import click
 
 from linkemu import router
 from linkemu.model import Emulator
-from nestednet.cli.output import out_console, print_json, progress
+from nestednet.console import out_console, print_json, progress
 from nestednet.errors import ExitStatus
 
 STATE_DIR_OPTION = click.option(

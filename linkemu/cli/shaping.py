@@ -7,10 +7,11 @@ import sys
 import click
 from rich.table import Table
 
-from linkemu import shaping
+from linkemu import editor, shaping
 from nestednet.capabilities.nodes import is_root
 from nestednet.capabilities.shaping import available_qdiscs
-from nestednet.cli.output import out_console, print_json, progress
+from nestednet.console import out_console, print_json, progress
+from nestednet.errors import EnvironmentProblem
 from nestednet.model import tcplan, units
 
 
@@ -83,8 +84,6 @@ def apply_cmd(file: str, dry_run: bool, shaper: str, as_json: bool) -> None:
                               f"{params}  [dim]# {op.what}[/]", soft_wrap=True)
         return
     if qdiscs is None:
-        from nestednet.errors import EnvironmentProblem
-
         raise EnvironmentProblem("applying tc needs root", hint="run as root, or use --dry-run")
     plan = shaping.plan_apply(table, shaper, qdiscs)
     progress(f"applying {len(table.links)} links with {shaper} on "
@@ -175,8 +174,6 @@ def edit_cmd() -> None:
     Current values are shown as defaults (Enter keeps them); every value is
     validated and applied in place at once. Works on a terminal and from a pipe.
     """
-    from linkemu import editor
-
     applied = shaping.require_state()
     editor.run(applied.table, apply_change=shaping.set_link, interactive=sys.stdin.isatty())
 

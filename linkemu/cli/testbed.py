@@ -12,7 +12,7 @@ from linkemu.cli.router import (
     START_TIMEOUT_OPTION,
     STATE_DIR_OPTION,
 )
-from nestednet.cli.output import out_console, print_json, progress
+from nestednet.console import out_console, print_json, progress
 
 
 def register(group: click.Group) -> None:

@@ -19,17 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestednet import __version__
+from nestednet.adapters import docker_engine
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import cgroup_version, ovs_datapath
 from nestednet.errors import EnvironmentProblem
+from nestednet.lab.components import exec_in
+from nestednet.lab.create import CreateRequest, create
+from nestednet.lab.nodes import Lab
+from nestednet.lab.teardown import delete_lab
 
 LAB_PREFIX = "b"
 
 
 def machine_info() -> dict:
     """Cores, memory, kernel, OVS datapath and versions: what makes runs comparable."""
-    from nestednet.adapters import docker_engine
-    from nestednet.adapters.ovsdb import Ovsdb
-    from nestednet.capabilities.nodes import cgroup_version, ovs_datapath
-
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     info = {
         "cores": os.cpu_count(),
@@ -95,9 +98,6 @@ class Bench:
 
     def create(self, spec: LabSpec):
         """A new lab (the caller releases it, or close() does); returns (Lab, create meta)."""
-        from nestednet.lab.create import CreateRequest, create
-        from nestednet.lab.nodes import Lab
-
         name = self._name()
         self.log(f"creating {spec.describe()} lab {name}")
         meta = create(CreateRequest(lab=name, nodes=spec.nodes, iphys=spec.iphys,
@@ -106,8 +106,6 @@ class Bench:
         return lab, meta
 
     def release(self, lab) -> None:
-        from nestednet.lab.teardown import delete_lab
-
         for spec, cached in list(self.labs.items()):
             if cached is lab:
                 del self.labs[spec]
@@ -150,8 +148,6 @@ def run_in(lab, node: str, component: str, argv: list[str], timeout: float) -> t
 
     Bounded twice: coreutils `timeout` inside the component and a join here.
     """
-    from nestednet.lab.components import exec_in
-
     out: list[bytes] = []
     err: list[bytes] = []
     result: dict = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from nestednet.adapters import netlink
 from nestednet.bench import paper, procmem
 from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.bench.stats import summary
@@ -37,8 +38,6 @@ def _mb(memory: dict | None, key: str = "used") -> float | None:
 
 
 def nested_node(lab, number: int) -> dict:
-    from nestednet.adapters import netlink
-
     parent = lab.parent(number)
     pid = int(parent.attrs["State"]["Pid"])
     procs = procmem.processes()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from types import ModuleType
 
 from nestednet.bench import links, memory, scaling, startup, stress
-from nestednet.bench.common import Bench, machine_info
+from nestednet.bench.common import Bench, bench_run, machine_info
 from nestednet.errors import UsageError
 
 EXPERIMENTS: dict[str, ModuleType] = {
@@ -88,10 +89,6 @@ def run_suite(experiment: str, out, *, quick: bool, seed: int = 1,
               log=lambda message: None) -> dict:
     """Run one experiment or `all`; returns {name: result}. With `all`, a failing
     experiment is recorded in the report and the others still run."""
-    from pathlib import Path
-
-    from nestednet.bench.common import bench_run
-
     wanted = names(experiment)
     out = Path(out)
     machine = machine_info()

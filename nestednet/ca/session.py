@@ -30,6 +30,7 @@ from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
+from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.link_table import InterNodeLinks
@@ -272,8 +273,6 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.links_down = counts["link_down"]
     finally:
         if options.remove_lab:
-            from nestednet.lab.teardown import delete_lab
-
             delete_lab(lab.record)
             summary.removed_lab = True
     return summary

@@ -1,11 +1,25 @@
-"""The `nestednet` command line: parses, calls the library, prints. Nothing else."""
+"""The `nestednet` command line: parses, calls the library, prints. Nothing else.
+
+One module per command family, each adding its commands to `main` in `register`:
+
+- `doctor`: what this machine can do (nestednet.capabilities).
+- `images`: build the base, component and node-parent images.
+- `nodes`: create, status, exec, swap, delete, cleanup (nestednet.lab).
+- `links`: link add/del/list, flows on the main bridge.
+- `run`, `demo`: play a scenario with the communication assistant.
+- `visibility`, `graph`: generate and check scenarios, draw them.
+- `bench`: the paper's measurements, nested vs flat.
+
+Output conventions shared with linkemu live in nestednet.console.
+"""
 
 from __future__ import annotations
 
 import click
 
 from nestednet import __version__
-from nestednet.cli.output import ErrorHandlingGroup
+from nestednet.cli import bench, demo, doctor, graph, images, links, nodes, run, visibility
+from nestednet.console import ErrorHandlingGroup
 
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,11 +42,5 @@ def main() -> None:
     """
 
 
-def _register() -> None:
-    from nestednet.cli import bench, demo, doctor, graph, images, links, nodes, run, visibility
-
-    for module in (doctor, images, nodes, links, run, demo, visibility, graph, bench):
-        module.register(main)
-
-
-_register()
+for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench):
+    _module.register(main)

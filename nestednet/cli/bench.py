@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nestednet.cli.output import out_console, print_json, progress
+from nestednet.console import out_console, print_json, progress
 from nestednet.errors import ExitStatus
 
 EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "all")
@@ -45,6 +45,7 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bo
     Example:
       nestednet bench all --quick --out results/quick
     """
+    # Lazy: the benchmarks load docker, pyroute2 and matplotlib (slow start-up otherwise).
     from nestednet.bench import common, suite
 
     out = out or Path("results") / common.timestamp()

@@ -7,8 +7,8 @@ import sys
 import click
 
 from nestednet.capabilities.report import ready_for_create, report
-from nestednet.cli.output import out_console, print_json
-from nestednet.errors import ExitStatus
+from nestednet.console import out_console, print_json
+from nestednet.errors import EnvironmentProblem, ExitStatus
 
 
 def register(group: click.Group) -> None:
@@ -42,9 +42,9 @@ def doctor(as_json: bool) -> None:
 
 def _probe_image() -> str | None:
     """An image to probe container privileges with, if the engine has one of ours."""
+    # Lazy: the docker SDK adds ~0.1 s to every command's start-up.
     from nestednet import images
     from nestednet.adapters import docker_engine
-    from nestednet.errors import EnvironmentProblem
 
     try:
         client = docker_engine.connect(timeout=10)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from nestednet import connectivity_plot as plot
-from nestednet.cli.output import print_json, progress
+from nestednet.console import print_json, progress
 from nestednet.errors import UsageError
 from nestednet.model import events as ev
 from nestednet.model.scenario import DEFAULT_IPHYS, MAX_IPHYS, Scenario

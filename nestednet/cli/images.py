@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from nestednet import images as image_builder
-from nestednet.cli.output import out_console, print_json, progress
+from nestednet.console import out_console, print_json, progress
 
 
 def register(group: click.Group) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from nestednet.cli.nodes import LAB_OPTION
-from nestednet.cli.output import out_console, print_json
+from nestednet.console import out_console, print_json
+from nestednet.model.topology import parse_endpoint
 
 
 def register(group: click.Group) -> None:
@@ -27,6 +28,7 @@ def link() -> None:
 
 
 def _links(lab: str):
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab.links import LabLinks
     from nestednet.lab.nodes import Lab
 
@@ -39,8 +41,6 @@ def _links(lab: str):
 @click.argument("b")
 def add(lab: str, a: str, b: str) -> None:
     """Link endpoint A (NODE:IPHY) to endpoint B."""
-    from nestednet.model.topology import parse_endpoint
-
     links = _links(lab)
     made = links.add(parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape))
     info = links.describe(made)
@@ -54,8 +54,6 @@ def add(lab: str, a: str, b: str) -> None:
 @click.argument("b")
 def delete(lab: str, a: str, b: str) -> None:
     """Remove the link between A and B."""
-    from nestednet.model.topology import parse_endpoint
-
     links = _links(lab)
     gone = links.delete(parse_endpoint(a, links.plan.shape),
                         parse_endpoint(b, links.plan.shape))

@@ -9,7 +9,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from nestednet.cli.output import err_console, out_console, print_json
+from nestednet.console import err_console, out_console, print_json
 from nestednet.model.topology import DEFAULT_LAB
 
 LAB_OPTION = click.option("--lab", default=DEFAULT_LAB, show_default=True, metavar="NAME",
@@ -51,8 +51,7 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
       nestednet create --nodes 2 --iphys 2 --memory 64
       nestednet exec n1 iphy1 -- ping -c1 192.168.0.1
     """
-    # Imported here, not at the top: the lab runtime (docker, pyroute2) would slow every
-    # other command's start-up, `--help` included.
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import create as lab_create
     from nestednet.lab import designs
 
@@ -82,6 +81,7 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def status(lab: str, as_json: bool) -> None:
     """Show a lab: nodes, components and their state, addresses, links, memory."""
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import status as lab_status
     from nestednet.lab.nodes import Lab
 
@@ -131,6 +131,7 @@ def exec_(lab: str, node: str, component: str, command: tuple[str, ...]) -> None
     Example:
       nestednet exec n1 iphy2 -- ip -br addr
     """
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import components
     from nestednet.lab.nodes import Lab
 
@@ -162,6 +163,7 @@ def swap(lab: str, node: str, component: str, path: Path, restart: bool,
     `nestednet/agent` package in it replaces the GNAB agent. With --restart the
     component is restarted and re-wired with its old addresses; links stay.
     """
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import components
     from nestednet.lab.nodes import Lab
 
@@ -178,6 +180,7 @@ def swap(lab: str, node: str, component: str, path: Path, restart: bool,
 @LAB_OPTION
 def delete(lab: str) -> None:
     """Remove everything the lab created (containers, veths, bridges, netns, files)."""
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import record, teardown
 
     if not record.LabRecord(lab).exists():
@@ -197,6 +200,7 @@ def cleanup(dry_run: bool, as_json: bool) -> None:
     and namespaces carrying NestedNet marks but no lab record. Complete labs are
     kept (remove them with `nestednet delete`); nothing without our marks is touched.
     """
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import teardown
 
     result = teardown.cleanup(dry_run=dry_run)

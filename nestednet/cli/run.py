@@ -12,7 +12,7 @@ from rich.live import Live as RichLive
 from rich.text import Text
 
 from nestednet.ca import session
-from nestednet.cli.output import err_console, out_console, print_json, progress
+from nestednet.console import err_console, out_console, print_json, progress
 from nestednet.model.scenario_file import DEFAULT_IPHYS, load_scenario
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from nestednet.cli.output import out_console, print_json, progress
+from nestednet.console import out_console, print_json, progress
 from nestednet.model import visibility as mobility
 from nestednet.model.scenario import DEFAULT_IPHYS, MAX_IPHYS, summary
 from nestednet.model.scenario_file import FORMATS, load_scenario, write_scenario

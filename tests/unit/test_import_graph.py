@@ -145,3 +145,28 @@ def test_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
     found = _imports("nestednet.cli.probe", path)
     assert {"nestednet.lab.flat", "nestednet.cli.x"} <= found
     assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+
+
+def test_function_level_imports_of_ours_say_why() -> None:
+    """A function-level import of our own modules is allowed only to keep the command
+    lines quick to start, and says so in a `# Lazy:` comment just above its block."""
+    silent = []
+    for name, path in _modules().items():
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for inner in ast.walk(node):
+                if not isinstance(inner, ast.Import | ast.ImportFrom):
+                    continue
+                names = [inner.module or ""] if isinstance(inner, ast.ImportFrom) else \
+                    [alias.name for alias in inner.names]
+                if not any(n.split(".")[0] in PACKAGES for n in names) and not getattr(inner, "level", 0):
+                    continue
+                above = inner.lineno - 2
+                while (above >= 0 and lines[above].strip().startswith(("from ", "import "))) \
+                        or (above >= 0 and not lines[above].strip()):
+                    above -= 1
+                if not lines[above].strip().startswith("# Lazy"):
+                    silent.append(f"{name}:{inner.lineno}")
+    assert not silent, silent

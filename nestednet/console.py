@@ -1,4 +1,5 @@
-"""Shared output conventions: errors to stderr with exit codes, JSON for scripts."""
+"""What both command lines (nestednet, linkemu) share: errors to stderr with their exit
+codes, JSON for scripts, progress lines."""
 
 from __future__ import annotations
 
