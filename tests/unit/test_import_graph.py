@@ -161,7 +161,8 @@ def test_function_level_imports_of_ours_say_why() -> None:
                     continue
                 names = [inner.module or ""] if isinstance(inner, ast.ImportFrom) else \
                     [alias.name for alias in inner.names]
-                if not any(n.split(".")[0] in PACKAGES for n in names) and not getattr(inner, "level", 0):
+                relative = getattr(inner, "level", 0)
+                if not relative and not any(n.split(".")[0] in PACKAGES for n in names):
                     continue
                 above = inner.lineno - 2
                 while (above >= 0 and lines[above].strip().startswith(("from ", "import "))) \
