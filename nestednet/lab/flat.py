@@ -173,7 +173,7 @@ class FlatDesign(NodeDesign):
                                          f"{docker_engine.explain(exc)}") from exc
         with build.phase("wiring", node):
             container.reload()
-            _Wiring(build).wire(node, int(container.attrs["State"]["Pid"]))
+            _wire(build, node, int(container.attrs["State"]["Pid"]))
 
     def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
         """Components are processes: their state is whether the process runs."""
@@ -224,63 +224,57 @@ class FlatDesign(NodeDesign):
                          hint="use a nested lab (create without --flat) for swap")
 
 
-class _Wiring:
-    """A flat node's interfaces: veths into its one namespace, the node's host switch."""
+def _wire(build: Build, node: int, pid: int) -> None:
+    """A flat node's interfaces: veths into its one namespace, its switch on the host."""
+    lab, plan = build.request.lab, build.plan
+    switch = node_switch(lab, node)
+    build.host_ovs.add_bridge(switch, datapath_type=build.datapath,
+                              external_ids={LAB_ID: lab}, fail_mode="standalone")
+    build.record.add(OVS_BRIDGE, switch)
+    nsname = netlink.netns_path(pid)
 
-    def __init__(self, build: Build) -> None:
-        self.request, self.plan, self.record = build.request, build.plan, build.record
-        self.host_ovs, self.datapath = build.host_ovs, build.datapath
+    def veth(role: str, index: int) -> str:
+        return topo.veth_name(lab, node, role, index)
 
-    def wire(self, node: int, pid: int) -> None:
-        lab, plan = self.request.lab, self.plan
-        switch = node_switch(lab, node)
-        self.host_ovs.add_bridge(switch, datapath_type=self.datapath,
-                                 external_ids={LAB_ID: lab}, fail_mode="standalone")
-        self.record.add(OVS_BRIDGE, switch)
-        nsname = netlink.netns_path(pid)
-
-        def veth(role: str, index: int) -> str:
-            return topo.veth_name(lab, node, role, index)
-
-        ids = {LAB_ID: lab, "org.nestednet.node": topo.node_name(node)}
-        with netlink.route() as host:
-            for index in range(plan.shape.iphys + 1):
-                port, inside = veth("intra-parent", index), veth("intra-child", index)
-                netlink.add_veth(host, port, inside)
-                self.record.add(VETH, port)
-                netlink.move(host, inside, pid, intra_if(index))
-                netlink.up(host, port)
-                comp_ids = {**ids, "org.nestednet.component": topo.component_name(index)}
-                self.host_ovs.add_port(switch, port, external_ids=comp_ids)
-                if index == 0:
-                    outer, inside = veth("control-host", 0), veth("control-child", 0)
-                    netlink.add_veth(host, outer, inside)
-                    self.record.add(VETH, outer)
-                    netlink.move(host, inside, pid, CONTROL_IF)
-                    netlink.move(host, outer, topo.control_netns(lab))
-                    with netlink.route(topo.control_netns(lab)) as ctl:
-                        netlink.configure(ctl, outer, master=topo.control_bridge(lab))
-                else:
-                    outer, inside = veth("inter-host", index), veth("inter-child", index)
-                    netlink.add_veth(host, outer, inside)
-                    self.record.add(VETH, outer)
-                    netlink.move(host, inside, pid, inter_if(index))
-                    netlink.up(host, outer)
-                    self.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
-                                           ofport=plan.port_number(node, index))
-        rows = node_plan(plan, node)
-        _sysctls(nsname, [r["ifname"] for r in rows])
-        with netlink.route(nsname) as ns:
-            netlink.up(ns, "lo")
-            for row in rows:
-                address = IPv4Interface(row["address"])
-                netlink.configure(ns, row["ifname"], address)
-                if row["net"] == "inter":
-                    # One table per iPHY: its inter-node packets leave by its own port.
-                    ns.route("add", dst=str(address.network), oif=netlink.index(ns,
-                             row["ifname"]), prefsrc=str(address.ip), table=row["table"])
-                    ns.rule("add", src=str(address.ip), src_len=32, table=row["table"],
-                            priority=row["table"])
+    ids = {LAB_ID: lab, "org.nestednet.node": topo.node_name(node)}
+    with netlink.route() as host:
+        for index in range(plan.shape.iphys + 1):
+            port, inside = veth("intra-parent", index), veth("intra-child", index)
+            netlink.add_veth(host, port, inside)
+            build.record.add(VETH, port)
+            netlink.move(host, inside, pid, intra_if(index))
+            netlink.up(host, port)
+            comp_ids = {**ids, "org.nestednet.component": topo.component_name(index)}
+            build.host_ovs.add_port(switch, port, external_ids=comp_ids)
+            if index == 0:
+                outer, inside = veth("control-host", 0), veth("control-child", 0)
+                netlink.add_veth(host, outer, inside)
+                build.record.add(VETH, outer)
+                netlink.move(host, inside, pid, CONTROL_IF)
+                netlink.move(host, outer, topo.control_netns(lab))
+                with netlink.route(topo.control_netns(lab)) as ctl:
+                    netlink.configure(ctl, outer, master=topo.control_bridge(lab))
+            else:
+                outer, inside = veth("inter-host", index), veth("inter-child", index)
+                netlink.add_veth(host, outer, inside)
+                build.record.add(VETH, outer)
+                netlink.move(host, inside, pid, inter_if(index))
+                netlink.up(host, outer)
+                build.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
+                                        ofport=plan.port_number(node, index))
+    rows = node_plan(plan, node)
+    _sysctls(nsname, [r["ifname"] for r in rows])
+    with netlink.route(nsname) as ns:
+        netlink.up(ns, "lo")
+        for row in rows:
+            address = IPv4Interface(row["address"])
+            netlink.configure(ns, row["ifname"], address)
+            if row["net"] == "inter":
+                # One table per iPHY: its inter-node packets leave by its own port.
+                ns.route("add", dst=str(address.network), oif=netlink.index(ns,
+                         row["ifname"]), prefsrc=str(address.ip), table=row["table"])
+                ns.rule("add", src=str(address.ip), src_len=32, table=row["table"],
+                        priority=row["table"])
 
 
 def _sysctls(namespace: str, ifnames: list[str]) -> None:
