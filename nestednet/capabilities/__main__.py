@@ -1,6 +1,7 @@
 """`python -m nestednet.capabilities vm-kernel|missing-kernel-features`: for shell scripts.
 
-`vm-kernel` prints the kernel scripts/kernel-vm boots (exit 1 when there is none);
+`vm-kernel` prints the kernel scripts/kernel-vm boots (exit 1, naming each missing
+piece, when the VM cannot boot);
 `missing-kernel-features` prints what this kernel lacks for the kernel tests
 (scripts/test then runs them in the VM).
 """
@@ -11,13 +12,17 @@ import sys
 
 from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.capabilities.shaping import available_qdiscs
-from nestednet.capabilities.vm import vm_kernel
+from nestednet.capabilities.vm import vm_kernel, vm_problems
 from nestednet.errors import ExitStatus
 
 if sys.argv[1:] == ["vm-kernel"]:
-    k = vm_kernel()
-    print(k or "")
-    sys.exit(ExitStatus.OK if k else ExitStatus.FAILURE)
+    # The kernel to boot, or every missing piece with its fix (one a line) and exit 1.
+    problems = vm_problems()
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        sys.exit(ExitStatus.FAILURE)
+    print(vm_kernel())
+    sys.exit(ExitStatus.OK)
 if sys.argv[1:] == ["missing-kernel-features"]:
     q = available_qdiscs()
     missing = [f"sch_{k}" for k in ("netem", "hfsc") if not q[k]]

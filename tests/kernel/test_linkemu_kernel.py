@@ -13,20 +13,22 @@ emulator and so means le-br / le-cli / le-srv, applies as written; the state dir
 the test's own. Commands go through linkemu's CLI. Numbers are measured as the
 receiver sees them (linkemu.measure) and appended to results/linkemu-kernel.jsonl.
 
-Tolerances are the issue's, held in the software-emulated VM on a quiet host:
-goodput within 10 %, RTT rise within 1 ms, loss 10 +/- 3 % over 1000 pings.
+Tolerances: goodput within 10 %, loss 10 +/- 3 % over 1000 pings; every RTT rise is
+judged by the run's delay calibration (tests/kernel/conftest.py): 0.2 ms per delayed
+direction on a real kernel, the measured netem lateness + 0.5 ms per delayed direction in
+the emulated VM. Each delay is measured once; the verdicts are recorded.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from recording import record
 
 from linkemu import measure, router, shaping, testbed
 from linkemu.cli import main
@@ -36,19 +38,10 @@ from nestednet.capabilities.shaping import available_qdiscs
 pytestmark = pytest.mark.kernel
 
 RATE_TOLERANCE = 0.10
-RTT_TOLERANCE_MS = 1.0
 LAYOUT = testbed.Layout(clients=2, prefix="le")
 SERVER = str(LAYOUT.SERVER.ip)
 C1, C2 = LAYOUT.client_ns(1), LAYOUT.client_ns(2)
 THESIS_FILE = Path(__file__).resolve().parents[2] / "scenarios/links/thesis-example.json"
-
-
-def record(test: str, **values: object) -> None:
-    """Append what was measured to results/linkemu-kernel.jsonl ($LINKEMU_RESULTS)."""
-    path = Path(os.environ.get("LINKEMU_RESULTS", "results/linkemu-kernel.jsonl"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:
-        out.write(json.dumps({"test": test, **values}) + "\n")
 
 
 def linkemu(*argv: str) -> Result:
@@ -98,18 +91,11 @@ def write_links(bed: dict, tmp_path: Path, c1: dict | None = None, c2: dict | No
     return path
 
 
-def rtt_rises(namespace: str, destination: str, base: measure.PingResult, expected_ms: float,
-              tolerance_ms: float, *, source: str | None = None) -> list[float]:
-    """Median RTT rise over ``base``; measured once more if the first is off by more than
-    ``tolerance_ms`` (an emulated CPU stalls now and then). Every attempt is returned,
-    so the record shows retries; the last one is what the test judges."""
-    rises: list[float] = []
-    for _attempt in range(2):
-        rtt = measure.ping(namespace, destination, count=100, interval=0.02, source=source)
-        rises.append(round(rtt.median_ms - base.median_ms, 3))
-        if abs(rises[-1] - expected_ms) <= tolerance_ms:
-            break
-    return rises
+def rtt_rise(namespace: str, destination: str, base: measure.PingResult, *,
+             source: str | None = None) -> float:
+    """Median RTT rise over ``base``, from one run of 100 pings."""
+    rtt = measure.ping(namespace, destination, count=100, interval=0.02, source=source)
+    return round(rtt.median_ms - base.median_ms, 3)
 
 
 def stable_state() -> dict:
@@ -136,16 +122,15 @@ def test_rate_gives_tcp_goodput_within_ten_percent(bed, tmp_path, mbit):
 
 
 @pytest.mark.parametrize("shaper", ["htb", "hfsc"])
-def test_delay_raises_rtt_by_the_configured_amount(bed, tmp_path, shaper):
+def test_delay_raises_rtt_by_the_configured_amount(bed, tmp_path, shaper, delay_judge):
     ok("apply", "--shaper", shaper, str(write_links(bed, tmp_path, c1={}, c2={})))
     base = measure.ping(C1, SERVER, count=100, interval=0.02)
-    rises = {}
+    verdicts = []
     for delay_ms in (5, 20, 50):
         ok("set", "R1-C1", "forward", "--delay", f"{delay_ms}ms")
-        rises[delay_ms] = rtt_rises(C1, SERVER, base, delay_ms, RTT_TOLERANCE_MS)
-    record("delay", shaper=shaper, base=base.summary(), median_rise_ms=rises)
-    for delay_ms, attempts in rises.items():
-        assert abs(attempts[-1] - delay_ms) <= RTT_TOLERANCE_MS, (shaper, rises)
+        verdicts.append(delay_judge.verdict(delay_ms, rtt_rise(C1, SERVER, base)))
+    record("delay", shaper=shaper, base=base.summary(), verdicts=verdicts)
+    assert all(v["holds"] for v in verdicts), (shaper, verdicts)
 
 
 def test_loss_ten_percent_over_a_thousand_pings(bed, tmp_path):
@@ -265,7 +250,7 @@ def warm_up_thesis_hosts() -> None:
                      source=f"198.18.0.{n}")
 
 
-def test_thesis_example_applies_as_written_and_shapes(bed):
+def test_thesis_example_applies_as_written_and_shapes(bed, delay_judge):
     """Its hosts (clients 198.18.0.11-13, server 198.19.0.10) are given to the edge
     router's trunk and the server, so its links carry real pings: client n's RTT rises
     by its forward + backward delay (11+11, 5+5, 30+30 ms)."""
@@ -286,17 +271,16 @@ def test_thesis_example_applies_as_written_and_shapes(bed):
     state = shaping.show()
     assert len(state["links"]) == 6 and all(r["in_sync"] for r in state["links"])
     assert state["emulator"]["bridge"] == "le-br"
-    # Both directions are delayed here: two netem queues, 1 ms tolerance for each.
-    tolerance = 2 * RTT_TOLERANCE_MS
-    rises = {n: rtt_rises(LAYOUT.edge_ns, "198.19.0.10", base, expected_ms, tolerance,
-                          source=f"198.18.0.{n}")
-             for n, expected_ms in ((11, 22), (12, 10), (13, 60))}
-    record("thesis_example", median_rise_ms=rises)
-    for n, expected_ms in ((11, 22), (12, 10), (13, 60)):
-        assert abs(rises[n][-1] - expected_ms) <= tolerance, rises
+    # Both directions are delayed here: two netem queues, each judged by the calibration.
+    verdicts = {n: delay_judge.verdict(expected_ms, rtt_rise(LAYOUT.edge_ns, "198.19.0.10",
+                                                             base, source=f"198.18.0.{n}"),
+                                       directions=2)
+                for n, expected_ms in ((11, 22), (12, 10), (13, 60))}
+    record("thesis_example", verdicts=verdicts)
+    assert all(v["holds"] for v in verdicts.values()), verdicts
 
 
-def test_an_emulator_inside_a_namespace(bed, tmp_path):
+def test_an_emulator_inside_a_namespace(bed, tmp_path, delay_judge):
     """`emulator.netns`: shape ports that live in a namespace (here the edge router's:
     forward leaves it through `trunk`, C1's backward through `c1`), with no router."""
     doc = {"emulator": {"bridge": "none", "client_port": "c1", "server_port": "trunk",
@@ -312,9 +296,9 @@ def test_an_emulator_inside_a_namespace(bed, tmp_path):
     before = tc.snapshot(LAYOUT.edge_ns, ["c1", "trunk"])
     ok("apply", str(path))
     assert all(r["in_sync"] for r in shaping.show()["links"])
-    rises = rtt_rises(C1, SERVER, base, 10.0, RTT_TOLERANCE_MS)
-    record("netns_emulator", median_rise_ms=rises)
-    assert abs(rises[-1] - 10.0) <= RTT_TOLERANCE_MS, rises
+    verdict = delay_judge.verdict(10.0, rtt_rise(C1, SERVER, base))
+    record("netns_emulator", verdict=verdict)
+    assert verdict["holds"], verdict
     assert sorted(json.loads(ok("clear", "--json").output)["cleared_ports"]) == ["c1", "trunk"]
     assert tc.snapshot(LAYOUT.edge_ns, ["c1", "trunk"]) == before
 
