@@ -32,4 +32,4 @@ def demo(ctx: click.Context, lab: str, speed: float, keep: bool) -> None:
         raise click.UsageError(f"demo scenario {DEMO_SCENARIO} not found (a source checkout is "
                                "needed)")
     ctx.invoke(run, scenario=DEMO_SCENARIO, lab=lab, speed=speed, until=None, events=None,
-               remove_lab=not keep, iphys=4, hello_timeout=120, as_json=False)
+               remove_lab=not keep, iphys=None, hello_timeout=120, as_json=False)
