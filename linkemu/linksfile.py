@@ -1,22 +1,26 @@
-"""Read a links file (thesis Linksimulation format or linkemu's native format) into a LinkTable.
+"""Read a links file (thesis Linksimulation format or linkemu's native format) into a EmulatedLinks.
 
 Everything is checked before anything is returned, and every complaint names the
 place in the file (``Linkproperties[0].delay_2_forward: unknown unit 'mx'``), so a
 bad file costs the user one look, and nothing downstream ever sees half a table.
 
-Thesis format (Fig. 4.6 of the seed thesis, as we read its description)::
+Thesis format, as printed in Fig. 4.6 of the seed thesis (thesis-nestednet-linkemu.txt)::
 
-    {"Routerpairs": [{"Routerid": 1, "Clientcount": 3,
-                      "Client_IP1": "...", "Client_IP2": "...", "Client_IP3": "...",
-                      "Server_IP": "..."}],
-     "Linkproperties": [{"Routerid": 1,
-                         "throughput_1_forward": "46Mbps", "delay_1_forward": "11ms",
-                         "packetloss_1_forward": "0", ... _backward ...}]}
+    {"Linksimulation": {
+      "Routerpairs": [{"Routerid": 1, "Clientcount": 3, "Client_IP1": "...",
+                       "Client_IP2": "...", "Client_IP3": "...", "Server_IP": "..."}],
+      "Linkproperties": [{"Routerid": 1, "properties": [{
+          "throughput_1_forward": "46Mbps", "delay_1_forward": "11ms",
+          "packetloss_1_forward": "0", ... _backward ..., ... clients 2, 3 ...}]}]}}
 
-``Linkproperties`` is a list aligned with ``Routerpairs`` (entry i belongs to
-router i) or a list of objects each naming its ``Routerid`` (any order); a single
-object is accepted for a single router. Client n of router R becomes client
-``C<n>`` of router ``R<id>`` (link name ``R1-C2``); the thesis format has no jitter.
+and the flattened alias accepted before we had the figure: ``Routerpairs`` and
+``Linkproperties`` at the top level, each ``Linkproperties`` entry holding the property
+keys itself. Both shapes are checked by ``schemas/links-thesis.schema.json`` first.
+In the flattened shape ``Linkproperties`` may be aligned with ``Routerpairs`` (entry i
+belongs to router i) instead of naming ``Routerid``, and a single object stands for a
+single router. Delay and packet loss default to 0 (the figure omits
+``packetloss_3_forward``); throughput is required each way. Client n of router R
+becomes client ``C<n>`` of router ``R<id>`` (link name ``R1-C2``); no jitter.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ from collections.abc import Callable
 from importlib import resources
 from ipaddress import AddressValueError, IPv4Address
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 
 from linkemu import router_plan
-from linkemu.model import DIRECTIONS, Emulator, Link, LinkTable, Shape
+from linkemu.model import DIRECTIONS, EmulatedLinks, Emulator, Link, LinkShape
 from nestednet.errors import UsageError
 from nestednet.model import units
 
@@ -59,7 +63,7 @@ def schema() -> dict:
     return json.loads(text)
 
 
-def load(path: str | Path) -> LinkTable:
+def load(path: str | Path) -> EmulatedLinks:
     """Parse and validate the file at ``path``; raise LinksFileError (exit 2) when unusable."""
     source = str(path)
     try:
@@ -78,17 +82,17 @@ def load(path: str | Path) -> LinkTable:
         raise LinksFileError(exc.path, exc.reason, source=source) from None
 
 
-def parse(data: Any) -> LinkTable:
+def parse(data: Any) -> EmulatedLinks:
     """Parse an already-decoded document of either format."""
     if not isinstance(data, dict):
         raise LinksFileError("", "the top level must be a JSON object")
-    if "Routerpairs" in data or "Linkproperties" in data:
+    if {PRINTED_ROOT, "Routerpairs", "Linkproperties"} & set(data):
         table, origins = _parse_thesis(data)
     elif "links" in data:
         table, origins = _parse_native(data)
     else:
-        raise LinksFileError("", "neither a thesis file (Routerpairs + Linkproperties) "
-                             "nor a native one (links)")
+        raise LinksFileError("", "neither a thesis file (Linksimulation, or Routerpairs + "
+                             "Linkproperties) nor a native one (links)")
     _check_table(table, origins)
     return table
 
@@ -103,13 +107,33 @@ def _json_path(parts: Any) -> str:
     return out
 
 
-def _parse_native(data: dict) -> tuple[LinkTable, list[str]]:
+def _validate(schema_doc: dict, data: Any, prefix: list[str | int] | None = None) -> None:
+    """Raise the deepest schema error at its JSON path; a missing or unknown key is named."""
     validator = jsonschema.Draft202012Validator(
-        schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        schema_doc, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.path)), e.message))
-    if errors:
-        first = min(errors, key=lambda e: -len(e.path))
-        raise LinksFileError(_json_path(first.absolute_path), first.message)
+    if not errors:
+        return
+    first = min(errors, key=lambda e: -len(e.path))
+    path = [*(prefix or []), *first.absolute_path]
+    instance = first.instance
+    if first.validator == "required" and isinstance(instance, dict):
+        missing = [k for k in first.validator_value if k not in instance]
+        raise LinksFileError(_json_path([*path, missing[0]]), "missing")
+    if first.validator == "additionalProperties" and isinstance(instance, dict):
+        known = set(first.schema.get("properties", {}))
+        patterns = list(first.schema.get("patternProperties", {}))
+        extra = sorted(k for k in instance if k not in known
+                       and not any(re.search(p, k) for p in patterns))
+        if extra:
+            expected = ", ".join([*known, *patterns])
+            raise LinksFileError(_json_path([*path, extra[0]]),
+                                 f"unknown key (expected {expected})")
+    raise LinksFileError(_json_path(path), first.message)
+
+
+def _parse_native(data: dict) -> tuple[EmulatedLinks, list[str]]:
+    _validate(schema(), data)
     emulator = _emulator(data.get("emulator", {}))
     links = []
     for i, entry in enumerate(data["links"]):
@@ -117,130 +141,133 @@ def _parse_native(data: dict) -> tuple[LinkTable, list[str]]:
         shapes = {}
         for direction in DIRECTIONS:
             spec = entry[direction]
+            where = f"{at}.{direction}"
             shapes[direction] = _shape(
-                f"{at}.{direction}", rate=("rate", spec.get("rate")),
-                delay=("delay", spec.get("delay", "0")),
-                jitter=("jitter", spec.get("jitter", "0")),
-                loss=("loss", spec.get("loss", "0")))
+                rate=(spec.get("rate"), f"{where}.rate"),
+                delay=(spec.get("delay", "0"), f"{where}.delay"),
+                jitter=(spec.get("jitter", "0"), f"{where}.jitter"),
+                loss=(spec.get("loss", "0"), f"{where}.loss"))
         links.append(Link(router=entry["router"], client=entry["client"],
                           client_ip=_ip(f"{at}.client_ip", entry["client_ip"]),
                           server_ip=_ip(f"{at}.server_ip", entry["server_ip"]),
                           forward=shapes["forward"], backward=shapes["backward"]))
-    return (LinkTable(links=tuple(links), emulator=emulator),
+    return (EmulatedLinks(links=tuple(links), emulator=emulator),
             [f"links[{i}]" for i in range(len(links))])
 
 
 # --- thesis format ----------------------------------------------------------------
 
 _PROPERTY = re.compile(r"^(throughput|delay|packetloss)_(\d+)_(forward|backward)$")
+PRINTED_ROOT = "Linksimulation"
 
 
-def _router_name(value: Any, at: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise LinksFileError(at, "Routerid must be a number or a name")
-    text = str(value).strip()
-    if not re.fullmatch(r"[A-Za-z0-9_.]{1,32}", text):
-        raise LinksFileError(at, f"Routerid {value!r} may only hold letters, digits, _ and .")
-    return f"R{text}" if text.isdigit() else text
+class _Router(NamedTuple):
+    name: str
+    clients: list[IPv4Address]
+    server_ip: IPv4Address
+    at: str
 
 
-def _parse_thesis(data: dict) -> tuple[LinkTable, list[str]]:
-    unknown = sorted(set(data) - {"Routerpairs", "Linkproperties", "emulator", "description"})
-    if unknown:
-        raise LinksFileError(unknown[0], "unknown key (expected Routerpairs, Linkproperties)")
-    for key in ("Routerpairs", "Linkproperties"):
-        if key not in data:
-            raise LinksFileError(key, "missing (a thesis file has Routerpairs and "
-                                 "Linkproperties)")
-    pairs = data["Routerpairs"]
-    if isinstance(pairs, dict):
-        pairs = [pairs]
-    if not isinstance(pairs, list) or not pairs:
-        raise LinksFileError("Routerpairs", "must be a non-empty list of router objects")
-    props = data["Linkproperties"]
-    props_key = "Linkproperties"
-    if isinstance(props, dict):
-        props = [props]
-    if not isinstance(props, list):
-        raise LinksFileError(props_key, "must be a list of objects (one per router)")
+def thesis_schema() -> dict:
+    """The thesis format's JSON Schema: ``$defs/printed`` and ``$defs/flattened``."""
+    text = resources.files("linkemu").joinpath("schemas/links-thesis.schema.json").read_text()
+    return json.loads(text)
 
-    routers: list[tuple[str, list[IPv4Address], IPv4Address, int]] = []
+
+def _parse_thesis(data: dict) -> tuple[EmulatedLinks, list[str]]:
+    """Either shape of Fig. 4.6: validate against its schema, then read routers and links."""
+    printed = PRINTED_ROOT in data
+    full = thesis_schema()
+    _validate({**full, "$ref": f"#/$defs/{'printed' if printed else 'flattened'}"}, data)
+    body, root = (data[PRINTED_ROOT], PRINTED_ROOT) if printed else (data, "")
+    routers = _thesis_routers(_as_list(body["Routerpairs"]), _join(root, "Routerpairs"))
+    props_at = _join(root, "Linkproperties")
+    by_router = _match_properties(_as_list(body["Linkproperties"]), props_at, routers,
+                                  printed)
+    links: list[Link] = []
+    origins: list[str] = []
+    for router in routers:
+        entry, at = by_router[router.name]
+        values = _property_values(entry, at, printed)
+        home = f"{at}.properties[0]" if printed else at
+        for n, client_ip in enumerate(router.clients, start=1):
+            links.append(_thesis_link(router, n, client_ip, values, home))
+            origins.append(f"{router.at}.Client_IP{n}")
+    emulator = data.get("emulator", {})
+    native = schema()
+    _validate({**native["properties"]["emulator"], "$defs": native["$defs"]}, emulator,
+              prefix=["emulator"])
+    return EmulatedLinks(links=tuple(links), emulator=_emulator(emulator)), origins
+
+
+def _as_list(value: Any) -> list:
+    return [value] if isinstance(value, dict) else value
+
+
+def _join(root: str, key: str) -> str:
+    return f"{root}.{key}" if root else key
+
+
+def _thesis_routers(pairs: list[dict], at_pairs: str) -> list[_Router]:
+    """Routers with their clients and server; Client_IP1..Clientcount, no more, no fewer."""
+    routers: list[_Router] = []
     for i, pair in enumerate(pairs):
-        at = f"Routerpairs[{i}]"
-        if not isinstance(pair, dict):
-            raise LinksFileError(at, "must be an object")
-        if "Routerid" not in pair:
-            raise LinksFileError(f"{at}.Routerid", "missing: every router needs its Routerid")
-        router = _router_name(pair["Routerid"], f"{at}.Routerid")
-        count = pair.get("Clientcount")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise LinksFileError(f"{at}.Clientcount", "must be a whole number >= 1")
-        allowed = {"Routerid", "Clientcount", "Server_IP"} | {
-            f"Client_IP{n}" for n in range(1, count + 1)}
-        extra = sorted(set(pair) - allowed)
-        if extra:
-            raise LinksFileError(f"{at}.{extra[0]}", f"unknown key for a router with "
-                                 f"Clientcount {count}")
+        at = f"{at_pairs}[{i}]"
+        name = _router_name(pair["Routerid"])
+        count = pair["Clientcount"]
+        for key in pair:
+            match = re.fullmatch(r"Client_IP(\d+)", key)
+            if match and int(match.group(1)) > count:
+                raise LinksFileError(f"{at}.{key}", f"unknown key for a router with "
+                                     f"Clientcount {count}")
         clients = []
         for n in range(1, count + 1):
             key = f"Client_IP{n}"
             if key not in pair:
                 raise LinksFileError(f"{at}.{key}", f"missing (Clientcount is {count})")
             clients.append(_ip(f"{at}.{key}", pair[key]))
-        if "Server_IP" not in pair:
-            raise LinksFileError(f"{at}.Server_IP", "missing")
-        routers.append((router, clients, _ip(f"{at}.Server_IP", pair["Server_IP"]), i))
+        if any(r.name == name for r in routers):
+            raise LinksFileError(f"{at}.Routerid", f"router {name} appears twice")
+        routers.append(_Router(name, clients, _ip(f"{at}.Server_IP", pair["Server_IP"]), at))
+    return routers
 
-    names = [r[0] for r in routers]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise LinksFileError(f"Routerpairs[{i}].Routerid", f"router {name} appears twice")
 
-    by_router = _match_properties(props, props_key, routers)
-    links = []
-    origins = []
-    for router, clients, server_ip, position in routers:
-        entry, at = by_router[router]
-        count = len(clients)
-        seen: dict[tuple[str, int, str], Any] = {}
-        for key, value in entry.items():
-            if key == "Routerid":
-                continue
+def _property_values(entry: dict, at: str, printed: bool) -> dict[tuple[str, int, str],
+                                                                    tuple[Any, str]]:
+    """(kind, client, direction) -> (value, its JSON path), from either shape."""
+    groups = ([(obj, f"{at}.properties[{j}]") for j, obj in enumerate(entry["properties"])]
+              if printed else [(entry, at)])
+    out: dict[tuple[str, int, str], tuple[Any, str]] = {}
+    for obj, where in groups:
+        for key, value in obj.items():
             match = _PROPERTY.match(key)
-            if not match:
-                raise LinksFileError(f"{at}.{key}", "unknown key (expected throughput_<n>_"
-                                     "forward|backward, delay_<n>_..., packetloss_<n>_...)")
-            kind, n, direction = match.group(1), int(match.group(2)), match.group(3)
-            if not 1 <= n <= count:
-                raise LinksFileError(f"{at}.{key}", f"client {n} does not exist: router "
-                                     f"{router} has Clientcount {count}")
-            seen[(kind, n, direction)] = value
-        for n, client_ip in enumerate(clients, start=1):
-            shapes = {}
-            for direction in DIRECTIONS:
-                if ("throughput", n, direction) not in seen:
-                    raise LinksFileError(f"{at}.throughput_{n}_{direction}",
-                                         "missing: every client needs a throughput each way")
-                shapes[direction] = _shape(
-                    at,
-                    rate=(f"throughput_{n}_{direction}", seen[("throughput", n, direction)]),
-                    delay=(f"delay_{n}_{direction}", seen.get(("delay", n, direction), "0")),
-                    jitter=("jitter", "0"),
-                    loss=(f"packetloss_{n}_{direction}",
-                          seen.get(("packetloss", n, direction), "0")))
-            origins.append(f"Routerpairs[{position}].Client_IP{n}")
-            links.append(Link(router=router, client=f"C{n}", client_ip=client_ip,
-                              server_ip=server_ip, forward=shapes["forward"],
-                              backward=shapes["backward"]))
-    emulator = data.get("emulator", {})
-    if not isinstance(emulator, dict):
-        raise LinksFileError("emulator", "must be an object")
-    full = schema()
-    try:
-        jsonschema.validate(emulator, {**full["properties"]["emulator"], "$defs": full["$defs"]})
-    except jsonschema.ValidationError as exc:
-        raise LinksFileError(_json_path(["emulator", *exc.absolute_path]), exc.message) from None
-    return LinkTable(links=tuple(links), emulator=_emulator(emulator)), origins
+            if match:
+                out[(match.group(1), int(match.group(2)), match.group(3))] = (
+                    value, f"{where}.{key}")
+    return out
+
+
+def _thesis_link(router: _Router, n: int, client_ip: IPv4Address,
+                 values: dict[tuple[str, int, str], tuple[Any, str]], home: str) -> Link:
+    """Client n's link; delay and packet loss default to 0 (Fig. 4.6 omits some)."""
+    shapes = {}
+    for direction in DIRECTIONS:
+        if ("throughput", n, direction) not in values:
+            raise LinksFileError(f"{home}.throughput_{n}_{direction}",
+                                 "missing: every client needs a throughput each way")
+        shapes[direction] = _shape(
+            rate=values[("throughput", n, direction)],
+            delay=values.get(("delay", n, direction), ("0", "")),
+            jitter=("0", ""), loss=values.get(("packetloss", n, direction), ("0", "")))
+    return Link(router=router.name, client=f"C{n}", client_ip=client_ip,
+                server_ip=router.server_ip, forward=shapes["forward"],
+                backward=shapes["backward"])
+
+
+def _router_name(value: Any) -> str:
+    """Routerid 1 -> router R1; a name (schema-checked) stays itself."""
+    text = str(value).strip()
+    return f"R{text}" if text.isdigit() else text
 
 
 def _emulator(raw: dict[str, Any]) -> Emulator:
@@ -250,29 +277,36 @@ def _emulator(raw: dict[str, Any]) -> Emulator:
     return Emulator(**{**raw, **sides})
 
 
-def _match_properties(props: list, key: str, routers: list) -> dict[str, tuple[dict, str]]:
-    """Pair each router with its Linkproperties entry: by Routerid if given, else by position."""
+def _match_properties(props: list, key: str, routers: list[_Router],
+                      printed: bool) -> dict[str, tuple[dict, str]]:
+    """Pair each router with its Linkproperties entry: by Routerid if given, else by position.
+
+    Every property key must name a client its router has.
+    """
+    counts = {r.name: len(r.clients) for r in routers}
     out: dict[str, tuple[dict, str]] = {}
     for i, entry in enumerate(props):
         at = f"{key}[{i}]"
-        if not isinstance(entry, dict):
-            raise LinksFileError(at, "must be an object")
         if "Routerid" in entry:
-            name = _router_name(entry["Routerid"], f"{at}.Routerid")
-            if name not in {r[0] for r in routers}:
+            name = _router_name(entry["Routerid"])
+            if name not in counts:
                 raise LinksFileError(f"{at}.Routerid", f"router {name} is not in Routerpairs "
-                                     f"(known: {', '.join(r[0] for r in routers)})")
+                                     f"(known: {', '.join(counts)})")
         elif i < len(routers):
-            name = routers[i][0]
+            name = routers[i].name
         else:
             raise LinksFileError(at, f"no Routerid and no router at position {i} in "
                                  "Routerpairs")
         if name in out:
             raise LinksFileError(at, f"second set of properties for router {name}")
         out[name] = (entry, at)
-    for router, *_ in routers:
-        if router not in out:
-            raise LinksFileError(key, f"no properties for router {router}")
+        for (_, n, _), (_, where) in _property_values(entry, at, printed).items():
+            if n > counts[name]:
+                raise LinksFileError(where, f"client {n} does not exist: router {name} has "
+                                     f"Clientcount {counts[name]}")
+    for router in routers:
+        if router.name not in out:
+            raise LinksFileError(key, f"no properties for router {router.name}")
     return out
 
 
@@ -288,26 +322,25 @@ def _ip(at: str, value: Any) -> IPv4Address:
         raise LinksFileError(at, f"{value!r} is not an IPv4 address") from None
 
 
-def _one(at: str, key: str, value: Any, parse: Callable[[Any], Any]) -> Any:
-    try:
-        return parse(value)
-    except ValueError as exc:
-        raise LinksFileError(f"{at}.{key}", str(exc)) from None
+def _shape(*, rate: tuple[Any, str], delay: tuple[Any, str], jitter: tuple[Any, str],
+           loss: tuple[Any, str]) -> LinkShape:
+    """A LinkShape from (value, JSON path) pairs; an error names the offending value's path."""
+    def one(value_at: tuple[Any, str], parse: Callable[[Any], Any]) -> Any:
+        value, where = value_at
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise LinksFileError(where, str(exc)) from None
 
-
-def _shape(at: str, *, rate: tuple[str, Any], delay: tuple[str, Any], jitter: tuple[str, Any],
-           loss: tuple[str, Any]) -> Shape:
-    shape = Shape(rate_bps=_one(at, *rate, units.parse_rate),
-                  delay_us=_one(at, *delay, units.parse_time),
-                  jitter_us=_one(at, *jitter, units.parse_time),
-                  loss_pct=_one(at, *loss, units.parse_loss))
+    shape = LinkShape(rate_bps=one(rate, units.parse_rate), delay_us=one(delay, units.parse_time),
+                  jitter_us=one(jitter, units.parse_time), loss_pct=one(loss, units.parse_loss))
     if shape.jitter_us > shape.delay_us:
-        raise LinksFileError(f"{at}.{jitter[0]}", "jitter larger than the delay would need "
+        raise LinksFileError(jitter[1], "jitter larger than the delay would need "
                              "negative delays")
     return shape
 
 
-def _check_table(table: LinkTable, origins: list[str]) -> None:
+def _check_table(table: EmulatedLinks, origins: list[str]) -> None:
     if not table.links:
         raise LinksFileError("links", "no links")
     if len(table.links) > MAX_LINKS:
@@ -331,9 +364,9 @@ def _check_table(table: LinkTable, origins: list[str]) -> None:
         pairs[pair] = at
 
 
-def to_native(table: LinkTable) -> dict:
+def to_native(table: EmulatedLinks) -> dict:
     """The table as a native-format document (what `linkemu edit` and the state file write)."""
-    def shape(s: Shape) -> dict:
+    def shape(s: LinkShape) -> dict:
         return {"rate": units.format_rate(s.rate_bps), "delay": units.format_time(s.delay_us),
                 "jitter": units.format_time(s.jitter_us), "loss": units.format_loss(s.loss_pct)}
 

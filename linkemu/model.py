@@ -112,9 +112,3 @@ class EmulatedLinks:
         """In-place tc changes giving link ``index`` the shape ``new`` in ``direction``."""
         return tcplan.change_ops(self.emulator.port_for(direction), shaper, index,
                                  self.links[index].leaf(direction), new, netem=netem)
-
-
-# The old names, for linkemu/linksfile.py until its rework (another branch) moves to
-# the new ones.
-LinkTable = EmulatedLinks
-Shape = LinkShape

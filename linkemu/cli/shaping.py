@@ -53,7 +53,7 @@ def apply_cmd(file: str, dry_run: bool, shaper: str, as_json: bool) -> None:
 
     \b
     Examples:
-      linkemu apply scenarios/links/thesis-example.json --dry-run
+      linkemu apply scenarios/links/thesis-fig-4.6-testbed.json --dry-run
       linkemu apply links.json --shaper hfsc
     """
     table = shaping.validate(file)

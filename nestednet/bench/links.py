@@ -122,22 +122,51 @@ def run(bench: Bench) -> dict:
 
 def markdown(result: dict) -> str:
     p = result["params"]
+    ref = result["paper"]
     lines = ["## Link throughput and RTT (paper Tables II/III)", "",
              f"{p['nodes']} nodes x {p['iphys']} iPHYs, fully meshed; {p['trials']} trials "
-             f"per cell, {p['seconds']} s transfers, {p['ping_count']} pings; medians.", "",
+             f"per cell, {p['seconds']} s transfers, {p['ping_count']} pings; medians. "
+             "Paper columns: averages (Table II intra, Table III inter).", "",
              "| path | conns | nested Gbit/s per conn | flat Gbit/s per conn | "
-             "nested RTT ms avg (min) | flat RTT ms avg (min) |", "|---|---|---|---|---|---|"]
+             "paper nested / flat Gbit/s | nested RTT ms avg (min) | flat RTT ms avg (min) | "
+             "paper nested / flat ms |", "|---|---|---|---|---|---|---|---|"]
     for scope in SCOPES:
         for conns in p["connections"]:
             key = f"{scope}_{conns}"
             n, f = result["nested"][key]["summary"], result["flat"][key]["summary"]
+            pc = ref["cells"].get(scope, {}).get(str(conns), {})
             lines.append(f"| {scope} | {conns} | {cell(n['per_connection_gbps']['median'], 3)} | "
                          f"{cell(f['per_connection_gbps']['median'], 3)} | "
-                         f"{_rtt(n)} | {_rtt(f)} |")
-    lines += ["", f"Paper: {result['paper']['note']} (up to "
-              f"{result['paper']['max_link_gbps']} Gbit/s per link on an 8-core VM).",
+                         f"{_pair(pc, 'gbps')} | {_rtt(n)} | {_rtt(f)} | {_pair(pc, 'ms')} |")
+    lines += ["", verdict(result),
+              f"Paper: {ref['source']} ({ref['note']}).",
               *(f"- {n}" for n in result["notes"]), ""]
     return "\n".join(lines)
+
+
+def _pair(cells: dict, unit: str) -> str:
+    return (f"{cell(paper.value(cells.get(f'nested_{unit}')), 3)} / "
+            f"{cell(paper.value(cells.get(f'flat_{unit}')), 3)}")
+
+
+def verdict(result: dict) -> str:
+    """One line: nested/flat throughput per connection, here and in the paper (medians)."""
+    here, there = [], []
+    for scope in SCOPES:
+        for conns in result["params"]["connections"]:
+            key = f"{scope}_{conns}"
+            here.append(paper.ratio(
+                result["nested"][key]["summary"]["per_connection_gbps"]["median"],
+                result["flat"][key]["summary"]["per_connection_gbps"]["median"]))
+            pc = result["paper"]["cells"].get(scope, {}).get(str(conns), {})
+            there.append(paper.ratio(paper.value(pc.get("nested_gbps")),
+                                     paper.value(pc.get("flat_gbps"))))
+    return (f"Verdict: nested/flat throughput per connection, median over cells: "
+            f"{cell(_median(here))} here, {cell(_median(there))} in Tables II/III.")
+
+
+def _median(values: list[float | None]) -> float | None:
+    return summary([v for v in values if v is not None])["median"]
 
 
 def _rtt(measured: dict) -> str:

@@ -113,27 +113,53 @@ def run(bench: Bench) -> dict:
     return result
 
 
+# Our parts -> Table I's rows (the paper counts one component container per row).
+PAPER_ROWS = {"node_total_mb": "single_node_mb", "gnab_mb": "component_container_mb",
+              "iphy_mb": "component_container_mb",
+              "inner_daemon_mb": "internal_docker_daemon_mb",
+              "internal_ovs_mb": "internal_ovs_mb"}
+
+
 def markdown(result: dict) -> str:
+    rows = result["paper"]["rows"]
     lines = ["## Memory per node (paper Table I)", "",
              f"Lab: {result['params']['nodes']} nodes x (GNAB + {result['params']['iphys']} "
              f"iPHYs), measured {result['params']['settle_s']} s after creation; medians "
              "over nodes (iPHY: over all iPHYs).", "",
-             "| part | nested MB | flat MB | paper nested MB |", "|---|---|---|---|"]
+             "| part | nested MB | flat MB | paper nested MB | paper flat MB |",
+             "|---|---|---|---|---|"]
     for part in PARTS:
         nested = result["nested"]["summary"][part]["median"]
         flat_v = result["flat"]["summary"][part]["median"]
-        ref = paper.fmt(result["paper"]["per_node_mb_nested"]) if part == "node_total_mb" \
-            else "n/t"
+        ref = rows[PAPER_ROWS[part]]
         if part in ANON:
             nested_s = f"{_f(nested)} ({_f(result['nested']['summary'][ANON[part]]['median'])})"
             flat_s = f"{_f(flat_v)} ({_f(result['flat']['summary'][ANON[part]]['median'])})"
         else:
             nested_s, flat_s = _f(nested), _f(flat_v)
-        lines.append(f"| {LABELS[part]} | {nested_s} | {flat_s} | {ref} |")
+        lines.append(f"| {LABELS[part]} | {nested_s} | {flat_s} | "
+                     f"{_f(paper.value(ref['nested']))} | {_f(paper.value(ref['flat']))} |")
     main = f"{_f(result['main_ovs_mb'])} ({_f(result.get('main_ovs_anon_mb'))})"
-    lines.append(f"| main OVS (host, shared) | {main} | {main} | n/t |")
-    lines += ["", *(f"- {n}" for n in result["notes"]), ""]
+    ovs = rows["main_ovs_mb"]
+    lines.append(f"| main OVS (host, shared) | {main} | {main} | "
+                 f"{_f(paper.value(ovs['nested']))} | {_f(paper.value(ovs['flat']))} |")
+    lines += ["", verdict(result),
+              f"Paper: {result['paper']['source']} ({result['paper']['note']}); rows used: "
+              "whole node = 'Single node', GNAB and iPHY = 'Component container', inner "
+              "daemons = 'Internal Docker daemon'.",
+              *(f"- {n}" for n in result["notes"]), ""]
     return "\n".join(lines)
+
+
+def verdict(result: dict) -> str:
+    """One line: how much more a nested node costs than a flat one, here and in Table I."""
+    single = result["paper"]["rows"]["single_node_mb"]
+    nested_p, flat_p = paper.value(single["nested"]), paper.value(single["flat"])
+    here = paper.ratio(result["nested"]["summary"]["node_total_mb"]["median"],
+                       result["flat"]["summary"]["node_total_mb"]["median"])
+    return (f"Verdict: a nested node costs {cell(here)}x a flat one here (whole node); "
+            f"Table I: {cell(paper.ratio(nested_p, flat_p))}x ({_f(nested_p)} vs "
+            f"{_f(flat_p)} MB).")
 
 
 def _f(v: float | None) -> str:

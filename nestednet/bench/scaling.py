@@ -56,15 +56,28 @@ def markdown(result: dict) -> str:
     lines = ["## Intra-node throughput vs iPHYs per node (paper Fig. 4)", "",
              f"{p['nodes']}-node labs; {p['sample']} sampled iPHYs of node 1 each send "
              f"{p['seconds']} s to the GNAB, one at a time. Gbit/s.", "",
-             "| iPHYs | nested median | nested min-max | flat median | flat min-max |",
-             "|---|---|---|---|---|"]
+             "| iPHYs | nested median | nested min-max | nested stdev % | flat median | "
+             "flat min-max | flat stdev % |", "|---|---|---|---|---|---|---|"]
     for m in p["iphys"]:
         row = {pt["kind"]: pt["summary"] for pt in result["points"] if pt["iphys"] == m}
         n, f = row.get("nested", {}), row.get("flat", {})
         lines.append(f"| {m} | {cell(n.get('median'))} | {cell(n.get('min'))}-{cell(n.get('max'))} "
-                     f"| {cell(f.get('median'))} | {cell(f.get('min'))}-{cell(f.get('max'))} |")
-    lines += ["", f"Paper: {result['paper']['note']}.", ""]
+                     f"| {cell(_spread_pct(n))} "
+                     f"| {cell(f.get('median'))} | {cell(f.get('min'))}-{cell(f.get('max'))} "
+                     f"| {cell(_spread_pct(f))} |")
+    ref = result["paper"]
+    lines += ["", f"Paper: {ref['source']}: {ref['note']}: NestedNet "
+              f"{cell(paper.value(ref['nested_stdev_pct_5']), 0)} % at 5 iPHYs to "
+              f"{cell(paper.value(ref['nested_stdev_pct_25']), 0)} % at 25, Containernet "
+              f"{cell(paper.value(ref['flat_stdev_pct_min']), 0)}-"
+              f"{cell(paper.value(ref['flat_stdev_pct_max']), 0)} %. Our samples are "
+              "sequential transfers, so our stdev % measures idle siblings, not sharing.", ""]
     return "\n".join(lines)
+
+
+def _spread_pct(s: dict) -> float | None:
+    """Stdev as % of the mean, the paper's measure of spread (§V.D)."""
+    return paper.ratio(s.get("stdev"), s.get("mean")) * 100 if s.get("mean") else None
 
 
 

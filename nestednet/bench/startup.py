@@ -61,12 +61,25 @@ def markdown(result: dict) -> str:
                      f"{cell(ratio)} |")
     g = result["growth_s_per_node"]
     lines += ["", f"Growth per node: nested {cell(g.get('nested'))} s, flat "
-              f"{cell(g.get('flat'))} s.",
-              f"Paper ({ref['nodes']} x {ref['iphys']}, 8-core VM): NestedNet "
-              f"{ref['nested_s']:.0f} s, Containernet {ref['flat_s']:.0f} s "
-              f"(ratio {ref['nested_s'] / ref['flat_s']:.1f}).",
+              f"{cell(g.get('flat'))} s.", verdict(result),
+              f"Paper ({ref['source']}): " + "; ".join(
+                  f"{row['nodes']} x {row['iphys']}: NestedNet "
+                  f"{cell(paper.value(row['nested_s']), 0)} s, Containernet "
+                  f"{cell(paper.value(row['flat_s']), 0)} s" for row in ref["rows"]) + ".",
               *(f"- {n}" for n in result["notes"]), ""]
     return "\n".join(lines)
+
+
+def verdict(result: dict) -> str:
+    """One line: nested/flat creation time at the largest node count, beside Table IV's."""
+    p = result["params"]
+    n = max(p["nodes"])
+    row = {pt["kind"]: pt["summary"]["median"] for pt in result["points"] if pt["nodes"] == n}
+    paper_row = result["paper"]["rows"][0]
+    there = paper.ratio(paper.value(paper_row["nested_s"]), paper.value(paper_row["flat_s"]))
+    return (f"Verdict: nested/flat creation time at {n} x {p['iphys']}: "
+            f"{cell(paper.ratio(row.get('nested'), row.get('flat')), 1)}x here; Table IV "
+            f"{paper_row['nodes']} x {paper_row['iphys']}: {cell(there, 1)}x.")
 
 
 
@@ -83,9 +96,9 @@ def plot(result: dict, path: Path) -> None:
         if fit.get("slope") is not None:
             ax.plot(xs, [fit["slope"] * x + fit["intercept"] for x in xs], ls="--", lw=0.8,
                     color=line.get_color())
-    ref = result["paper"]
-    ax.scatter([ref["nodes"]] * 2, [ref["nested_s"], ref["flat_s"]], marker="x", c="k",
-               label="paper (8-core VM)")
+    row = result["paper"]["rows"][0]
+    ax.scatter([row["nodes"]] * 2, [paper.value(row["nested_s"]), paper.value(row["flat_s"])],
+               marker="x", c="k", label=f"paper Table IV ({row['nodes']} x {row['iphys']})")
     ax.set_xlabel("nodes")
     ax.set_ylabel("create s")
     ax.set_title(f"Creation time, nodes x (1 + {result['params']['iphys']})")

@@ -130,7 +130,7 @@ def markdown(result: dict) -> str:
              "| design | CPU quota | T0 | T1 Gbit/s | T2 Gbit/s | T3 | D | D (medians) | "
              "paper D |", "|---|---|---|---|---|---|---|---|---|"]
     for v in result["variants"]:
-        ref = result["paper"]["D_nested" if v["kind"] == "nested" else "D_flat"] \
+        ref = paper.value(result["paper"]["D_nested" if v["kind"] == "nested" else "D_flat"]) \
             if v["cpus"] is None else None
         quota = f"{v['cpus']}/component" if v["cpus"] else "none"
         lines.append(f"| {v['kind']} | {quota} | {_f(v.get('t0_gbps'))} | {_f(v['t1_gbps'])} | "
@@ -138,19 +138,41 @@ def markdown(result: dict) -> str:
                      f"{_f(v['t3_gbps'])} | {_pct(v['D'])} | {_pct(v.get('D_median'))} | "
                      f"{_pct(ref)} |")
     lowers = result.get("quota_lowers_D", {})
+    ref = result["paper"]
     lines += ["", "Does the CPU quota lower D? " + ", ".join(
         f"{k}: {'yes' if v else 'no' if v is not None else 'n/a'}" for k, v in lowers.items()),
+        verdict(result),
+        f"Paper: {ref['source']}: baseline {_paper_gbps(ref['T1_nested_gbps'])} -> "
+        f"{_paper_gbps(ref['T2_nested_gbps'])} Gbit/s nested, "
+        f"{_paper_gbps(ref['T1_flat_gbps'])} -> {_paper_gbps(ref['T2_flat_gbps'])} "
+        "Gbit/s flat; the paper has no CPU-quota variant ('-').",
         "", *(f"- {n}" for n in result["notes"]), ""]
     return "\n".join(lines)
 
 
+def verdict(result: dict) -> str:
+    """One line: does the nested design isolate better (lower D) than flat, as in Fig. 3?"""
+    d = {v["kind"]: v["D"] for v in result["variants"] if v["cpus"] is None}
+    better = (d["nested"] < d["flat"] if d.get("nested") is not None
+              and d.get("flat") is not None else None)
+    answer = {True: "yes", False: "no", None: "n/a"}[better]
+    return (f"Verdict: nested isolates better than flat (lower D, no quota) here: {answer} "
+            f"(D {_pct(d.get('nested'))} vs {_pct(d.get('flat'))}); Fig. 3: yes "
+            f"({_pct(paper.value(result['paper']['D_nested']))} vs "
+            f"{_pct(paper.value(result['paper']['D_flat']))}).")
+
+
 
 def _pct(v) -> str:
-    return "n/t" if v is None else f"{v * 100:.0f} %"
+    return "-" if v is None else f"{v * 100:.0f} %"
 
 
 def _f(v: float | None) -> str:
     return cell(v, 3)
+
+
+def _paper_gbps(cited: dict) -> str:
+    return cell(paper.value(cited), 1)
 
 
 def plot(result: dict, path: Path) -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from nestednet.bench import links, memory, scaling, startup, stress
+from nestednet.bench import links, memory, paper, scaling, startup, stress
 from nestednet.bench.common import Bench, bench_run, machine_info
 from nestednet.errors import UsageError
 
@@ -69,8 +69,9 @@ def report(results: dict[str, dict], machine: dict, quick: bool) -> str:
              f"{machine['memory_mb']} MB RAM, kernel {machine['kernel']}, OVS "
              f"{machine.get('ovs')} ({machine['ovs_datapath']} datapath), Docker "
              f"{machine.get('docker')}, cgroup {machine.get('cgroup')}.", "",
-             "The paper's figures come from an 8-core VM with 12 nodes x (1 + 4); "
-             "`n/t` marks paper values not transcribed. " + NOISE_NOTE, ""]
+             f"Paper values: {paper.SOURCE} (each section names its table or figure); "
+             f"its setup: {paper.SETUP}. `-` marks a value the paper does not print. "
+             + NOISE_NOTE, ""]
     for name in EXPERIMENTS:
         if name not in results:
             continue

@@ -26,10 +26,11 @@ def demo(ctx: click.Context, lab: str, speed: float, keep: bool) -> None:
 
     Creates the lab, lets the CA and the GNAB agents negotiate links while the
     nodes move (scenarios/demo-12x4.json), prints a summary, and deletes the lab
-    unless --keep is given.
+    unless --keep is given. The events file is kept either way (the last line says
+    where).
     """
     if not DEMO_SCENARIO.exists():
         raise click.UsageError(f"demo scenario {DEMO_SCENARIO} not found (a source checkout is "
                                "needed)")
     ctx.invoke(run, scenario=DEMO_SCENARIO, lab=lab, speed=speed, until=None, events=None,
-               remove_lab=not keep, iphys=4, hello_timeout=120, as_json=False)
+               remove_lab=not keep, iphys=None, hello_timeout=120, as_json=False)

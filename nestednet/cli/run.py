@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -13,20 +16,15 @@ from rich.text import Text
 
 from nestednet.ca import session
 from nestednet.console import err_console, out_console, print_json, progress
+from nestednet.errors import ExitStatus
+from nestednet.lab import runs
+from nestednet.model.scenario import Scenario
 from nestednet.model.scenario_file import DEFAULT_IPHYS, load_scenario
+from nestednet.model.step_figures import StepFigures, StepTally
 
 
 def register(group: click.Group) -> None:
     group.add_command(run)
-
-
-def _status_line(live: session.Live) -> Text:
-    p = live.progress
-    if live.phase != "playing":
-        return Text(f"{live.phase} ...")
-    return Text(f"t={live.scenario_time:6.1f}/{live.duration:.0f} s  step {max(live.step, 0) + 1}"
-                f"/{live.steps}  links up {live.links}  this step: requests {p.requests}, "
-                f"new {p.links_up}, refused {p.links_failed}, down {p.links_down}")
 
 
 @click.command()
@@ -38,82 +36,175 @@ def _status_line(live: session.Live) -> Text:
 @click.option("--until", type=click.FloatRange(min=0), metavar="T",
               help="Stop at scenario time T instead of the scenario's end.")
 @click.option("--events", type=click.Path(dir_okay=False, path_type=Path),
-              help="Event log (JSON lines); default events.jsonl in the lab's directory.")
-@click.option("--rm", "remove_lab", is_flag=True, help="Delete the lab when the run ends.")
-@click.option("--iphys", type=click.IntRange(min=1), default=DEFAULT_IPHYS, show_default=True,
-              help="iPHYs per node for NestedNet-format scenarios (which do not say).")
+              help="Event log (JSON lines); default events.jsonl in a new directory "
+                   f"{runs.RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
+@click.option("--rm", "remove_lab", is_flag=True,
+              help="Delete the lab when the run ends (the results are kept).")
+@click.option("--iphys", type=click.IntRange(min=1), default=None,
+              help="iPHYs per node for NestedNet-format scenarios (which do not say); "
+                   f"default: the existing lab's count, else {DEFAULT_IPHYS}.")
 @click.option("--hello-timeout", type=click.FloatRange(min=1), default=90, show_default=True,
               help="Seconds to wait for every GNAB agent's HELLO.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write a connectivity picture (PNG) per step into this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
-        remove_lab: bool, iphys: int, hello_timeout: float, as_json: bool,
+        remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
         plot_dir: Path | None = None) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
     Steps: create the lab if needed (shape from the scenario), start the CA on the
     lab's control net, wait for every GNAB's HELLO, then play the time steps in
-    real time (x --speed) with a live summary. Ctrl-C stops cleanly; the CA
-    removes the flows it installed either way.
+    real time (x --speed). One line per step, printed once the step is over, gives
+    its figures as the events file has them. Ctrl-C stops promptly, the CA removes
+    the links (flows) it installed, the summary so far is printed, exit 130.
+    The events file is kept after the lab (the last line says where).
 
     \b
     Examples:
       nestednet run scenarios/small-4x2.json --lab demo --speed 2 --rm
       nestednet run scenarios/demo-12x4.json --until 30 --events /tmp/ev.jsonl
+      nestednet run scenarios/thesis-fig-3.11.json --lab nn   # iPHYs: the lab's
     """
-    loaded = load_scenario(scenario, nestednet_iphys=iphys)
+    loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys))
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir)
     options.created_lab = session.ensure_lab(loaded, options, notify=progress)
-    stop = threading.Event()
-    live = session.Live()
-    outcome: dict = {}
-
-    def work() -> None:
-        try:
-            outcome["summary"] = session.run(loaded, options, stop, live, notify=progress)
-        except BaseException as exc:  # handed to the main thread, which reports it
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=work, name="nestednet-run")
-    worker.start()
-    interrupted = False
-    try:
-        if err_console.is_terminal:
-            with RichLive(_status_line(live), console=err_console, refresh_per_second=4) as view:
-                while worker.is_alive():
-                    worker.join(0.25)
-                    view.update(_status_line(live))
-        else:
-            shown = None
-            while worker.is_alive():
-                worker.join(0.25)
-                if live.phase == "playing" and live.step != shown:
-                    shown = live.step
-                    err_console.print(_status_line(live), soft_wrap=True)
-    except KeyboardInterrupt:
-        interrupted = True
-        err_console.print("stopping (Ctrl-C) ...")
-        stop.set()
-        worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    summary = outcome["summary"]
-    if as_json:
-        print_json(dataclasses.asdict(summary))
-    else:
-        state = "interrupted" if summary.interrupted else "finished"
-        out_console.print(
-            f"run {state}: lab {summary.lab}, {summary.steps_played} steps, scenario time "
-            f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
-            f"{summary.links_failed}, taken down {summary.links_down}, requests "
-            f"{summary.requests}; events in {summary.events}")
-        if summary.removed_lab:
-            out_console.print(f"lab {summary.lab} deleted (--rm)")
-        elif summary.created_lab:
-            out_console.print(f"lab {summary.lab} kept: `nestednet delete --lab {summary.lab}`")
+    if options.events is None:
+        options.events = runs.results_dir(lab) / "events.jsonl"
+    summary, interrupted = _play(loaded, options)
+    _print_summary(summary, options, as_json)
     if interrupted:
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
+
+
+def _iphys(lab: str, given: int | None) -> int:
+    """--iphys, else the existing lab's count (a scenario fits the lab it runs on)."""
+    if given is not None:
+        return given
+    return runs.lab_iphys(lab) or DEFAULT_IPHYS
+
+
+class _Worker:
+    """session.run on its own thread; the main thread keeps the display and Ctrl-C."""
+
+    def __init__(self, scenario: Scenario, options: session.RunOptions,
+                 stop: threading.Event, live: session.Live) -> None:
+        self._args = (scenario, options, stop, live)
+        self._summary: session.RunSummary | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="nestednet-run")
+
+    def _work(self) -> None:
+        try:
+            self._summary = session.run(*self._args, notify=progress)
+        except BaseException as exc:  # handed to the main thread, which reports it
+            self._error = exc
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, seconds: float) -> bool:
+        """True while the run goes on."""
+        self._thread.join(seconds)
+        return self._thread.is_alive()
+
+    def result(self) -> session.RunSummary:
+        if self._error is not None:
+            raise self._error
+        assert self._summary is not None, "the run thread ended without a result"
+        return self._summary
+
+
+def _play(scenario: Scenario, options: session.RunOptions) -> tuple[session.RunSummary, bool]:
+    """Run the scenario, showing each step as it ends; (summary, interrupted by Ctrl-C)."""
+    assert options.events is not None
+    stop, live = threading.Event(), session.Live()
+    worker = _Worker(scenario, options, stop, live)
+    tail, tally = runs.EventTail(options.events), StepTally()
+    with _ctrl_c_sets(stop) as interrupted:
+        worker.start()
+        with _status_display(lambda: _status_line(live, tally)) as refresh:
+            warned = False
+            while worker.wait(0.25):
+                _print_steps(tally.add(tail.read()), live)
+                if interrupted.is_set() and not warned:
+                    warned = True
+                    err_console.print("stopping (Ctrl-C): removing the run's links ...")
+                refresh()
+    summary = worker.result()
+    _print_steps(tally.add(tail.read()) + tally.finish(), live)
+    return summary, interrupted.is_set()
+
+
+@contextmanager
+def _ctrl_c_sets(stop: threading.Event) -> Iterator[threading.Event]:
+    """While inside, SIGINT sets ``stop`` (and the yielded event) instead of raising.
+
+    A KeyboardInterrupt could land anywhere in the main thread (even inside
+    Thread.join, leaving it unsure whether the run thread ended); a flag the loop
+    polls cannot.
+    """
+    interrupted = threading.Event()
+
+    def handler(_signum: int, _frame: object) -> None:
+        interrupted.set()
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _status_display(status: Callable[[], Text]) -> Iterator[Callable[[], None]]:
+    """A live status line on a terminal; nothing otherwise (step lines are printed anyway)."""
+    if not err_console.is_terminal:
+        yield lambda: None
+        return
+    with RichLive(status(), console=err_console, refresh_per_second=4,
+                  transient=True) as view:
+        yield lambda: view.update(status())
+
+
+def _status_line(live: session.Live, tally: StepTally) -> Text:
+    if live.phase != "playing":
+        return Text(f"{live.phase} ...")
+    now = tally.current
+    so_far = (f"  step {now.step + 1}/{live.steps} so far: requests {now.requests}, new "
+              f"{now.links_up}, refused {now.refused}, down {now.links_down}"
+              if now is not None else "")
+    return Text(f"t={live.scenario_time:6.1f}/{live.duration:.0f} s  links up "
+                f"{now.links_after if now else 0}{so_far}")
+
+
+def _print_steps(done: list[StepFigures], live: session.Live) -> None:
+    for fig in done:
+        err_console.print(
+            f"t={fig.scenario_time:6.1f} s  step {fig.step + 1}/{live.steps}  requests "
+            f"{fig.requests}, new {fig.links_up}, refused {fig.refused}, down "
+            f"{fig.links_down}; links up {fig.links_after}", soft_wrap=True, highlight=False)
+
+
+def _print_summary(summary: session.RunSummary, options: session.RunOptions,
+                   as_json: bool) -> None:
+    if as_json:
+        print_json({**dataclasses.asdict(summary),
+                    "plots": str(options.plot_dir) if options.plot_dir else None})
+        return
+    state = "interrupted" if summary.interrupted else "finished"
+    out_console.print(
+        f"run {state}: lab {summary.lab}, {summary.steps_played} steps, scenario time "
+        f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
+        f"{summary.links_failed}, taken down {summary.links_down}, requests "
+        f"{summary.requests}", highlight=False, soft_wrap=True)
+    if summary.removed_lab:
+        out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
+    elif summary.created_lab:
+        out_console.print(f"lab {summary.lab} kept: `nestednet delete --lab {summary.lab}`")
+    pictures = f"; pictures in {options.plot_dir}" if options.plot_dir else ""
+    out_console.print(f"events in {summary.events}{pictures}", highlight=False, soft_wrap=True)

@@ -2,7 +2,9 @@
 
 ``{"MobilecomScnDef": {"simDuration": s, "MobileNodeDef": [entry, ...]}}`` with one
 entry per node per time step: the node's name, ID, position and ``Time``, and its
-``visibilityGraph``, a list of other nodes each with ``LoS`` true or false.
+``visibilityGraph``, a list of nodes each with ``LoS`` true or false. As printed in the
+thesis, a node lists itself there too: that entry makes no link and is ignored, except
+that its position, where given, must be the node's own.
 
 How it maps onto the timeline model:
 
@@ -22,6 +24,7 @@ How it maps onto the timeline model:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from nestednet.errors import UsageError
@@ -44,6 +47,9 @@ from nestednet.model.scenario import (
 ROOT = "MobilecomScnDef"
 SCHEMA_RESOURCE = "nestednet-visibility.schema.json"
 _ENTRIES = [ROOT, "MobileNodeDef"]
+# A node's self entry repeats its position; allow for writers that round differently.
+SELF_POSITION_REL_TOL = 1e-9
+SELF_POSITION_ABS_TOL = 1e-6
 
 
 def is_nestednet(doc: Any) -> bool:
@@ -149,6 +155,19 @@ def _check_identity(problems: Problems, path: list[str | int], entry: dict[str, 
     first_seen[name] = [*path, "nodeID"]
 
 
+def _check_self_entry(problems: Problems, where: list[str | int], peer: dict[str, Any],
+                      own: Position | None) -> None:
+    """The thesis's nodes list themselves (Fig. 3.11); no link, but the position must agree."""
+    if own is None:
+        return
+    for axis, c in enumerate(("PosX", "PosY", "PosZ")):
+        v = peer.get(c)
+        if isinstance(v, (int, float)) and math.isfinite(v) and not math.isclose(
+                v, own[axis], rel_tol=SELF_POSITION_REL_TOL, abs_tol=SELF_POSITION_ABS_TOL):
+            problems.add([*where, c], f"the node's own entry lists {c} {v:g}, but its "
+                                      f"position is {own[axis]:g}")
+
+
 def _step(problems: Problems, t: float, at_t: dict[str, tuple[int, dict[str, Any]]],
           ids: dict[str, int]) -> Step:
     sees: dict[str, set[str]] = {}
@@ -175,7 +194,7 @@ def _step(problems: Problems, t: float, at_t: dict[str, tuple[int, dict[str, Any
                              f"node {peer_name!r} has nodeID {ids[peer_name]}, not {peer_id}")
                 continue
             if peer_name == name:
-                problems.add(where, f"node {name!r} lists itself in its visibility graph")
+                _check_self_entry(problems, where, peer, positions.get(name))
                 continue
             if peer_name in listed:
                 problems.add(where, f"node {peer_name!r} listed twice "

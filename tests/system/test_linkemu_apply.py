@@ -80,6 +80,32 @@ def test_set_changes_the_kernel_in_place(bed: dict) -> None:
     assert changed and changed[0]["in_sync"], rows
 
 
+def test_apply_takes_the_thesis_fig_4_6_shape(bed: dict) -> None:
+    """The printed shape (Linksimulation, properties list) on the testbed's addresses.
+
+    Rates from Fig. 4.6's clients 1 and 2; no delays, since this host kernel has no netem.
+    """
+    layout, links = bed["layout"], bed["doc"]["links"]
+    doc = {"emulator": bed["doc"]["emulator"], "Linksimulation": {
+        "Routerpairs": [{"Routerid": 1, "Clientcount": 2, "Client_IP1": links[0]["client_ip"],
+                         "Client_IP2": links[1]["client_ip"],
+                         "Server_IP": str(layout.SERVER.ip)}],
+        "Linkproperties": [{"Routerid": 1, "properties": [{
+            "throughput_1_forward": "46Mbps", "throughput_1_backward": "8Mbps",
+            "throughput_2_forward": "50Mbps", "throughput_2_backward": "8Mbps"}]}]}}
+    file = bed["dir"] / "fig-4.6.json"
+    file.write_text(json.dumps(doc))
+    done = CliRunner().invoke(main, ["apply", str(file), "--shaper", "htb", "--json"])
+    assert done.exit_code == 0, done.output + repr(done.exception)
+    rows = json.loads(CliRunner().invoke(main, ["show", "--json"]).output)["links"]
+    rates = {(r["link"], r["direction"]): r for r in rows}
+    assert set(rates) == {(f"R1-C{n}", d) for n in (1, 2) for d in ("forward", "backward")}
+    assert all(r["in_sync"] for r in rows), rows
+    ping = netns_exec.run(layout.client_ns(2), ["ping", "-c", "3", "-i", "0.2", "-W", "3",
+                                                str(layout.SERVER.ip)], timeout=30)
+    assert ping.returncode == 0, ping.stdout
+
+
 def test_unknown_link_in_set_is_exit_2_and_changes_nothing(bed: dict) -> None:
     before = CliRunner().invoke(main, ["show", "--json"]).output
     done = CliRunner().invoke(main, ["set", "R9-C9", "forward", "--rate", "1Mbit"])

@@ -253,6 +253,42 @@ def test_report_has_every_experiment_side_by_side_with_the_paper():
     assert "| GNAB (runs the agent) | 9.0 |" in text and "| iPHY (each) | 0.6 |" in text
 
 
+def test_report_prints_the_papers_numbers_with_their_sources():
+    text = suite.report(fake_results(), fake_results()["memory"]["machine"], quick=True)
+    assert "n/t" not in text and "paper-nestednet.txt" in text
+    assert "| whole node | 60.0 (50.0) | 60.0 (50.0) | 98.4 | 55.0 |" in text
+    assert "| inner daemons | 40.0 (30.0) | 40.0 (30.0) | 47.0 | - |" in text
+    assert "| intra | 1 | 0.500 | 20.000 | 31.760 / 30.360 |" in text
+    assert "0.075 / 0.056 |" in text and "| inter | 4 |" in text
+    assert "15.740 / 14.190" in text and "0.073 / 0.074" in text
+    assert "2 x 25: NestedNet 93 s, Containernet 9 s" in text
+    assert "Table I: 1.79x (98.4 vs 55.0 MB)" in text
+    assert "0.03 here, 1.08 in Tables II/III" in text
+    assert "Fig. 3: yes (72 % vs 98 %)" in text and "30.0 -> 8.0 Gbit/s nested" in text
+    assert "Table IV 12 x 4: 3.5x" in text
+    assert text.count("Verdict:") == 4  # scaling has no printed numbers to compare
+
+
+def _cited(tree):
+    if isinstance(tree, dict) and set(tree) == {"value", "source"}:
+        yield tree
+    elif isinstance(tree, dict):
+        for v in tree.values():
+            yield from _cited(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _cited(v)
+
+
+def test_every_paper_number_names_its_table_or_figure():
+    values = list(_cited(paper.PAPER))
+    assert len(values) == 18 + 24 + 6 + 4 + 4
+    for v in values:
+        assert v["source"].startswith("paper-nestednet.txt, ")
+        assert any(w in v["source"] for w in ("Table I", "Fig. 3", "§V.C", "§V.D")), v
+    assert paper.PAPER["links"]["cells"]["inter"]["2"]["flat_gbps"]["value"] == 24.11
+
+
 def test_each_markdown_and_plot_builds(tmp_path):
     for name, result in fake_results().items():
         module = suite.EXPERIMENTS[name]

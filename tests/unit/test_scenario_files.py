@@ -35,6 +35,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SMALL = SCENARIOS / "small-4x2.json"
 DEMO = SCENARIOS / "demo-12x4.json"
 NESTEDNET_EXAMPLE = SCENARIOS / "nestednet-format-example.json"
+THESIS_FIG_3_11 = SCENARIOS / "thesis-fig-3.11.json"
 
 
 def load_doc(path: Path) -> Any:
@@ -507,9 +508,14 @@ NESTEDNET_CASES = {
     "unknown node in a visibility graph": (
         lambda d: entries(d)[6]["visibilityGraph"][2].update(nodeName="n13"),
         [f"{ROOT}[6].visibilityGraph[2].nodeName: unknown node 'n13'"]),
-    "node lists itself": (
-        lambda d: entries(d)[1]["visibilityGraph"][0].update(nodeName="n2", nodeID=2),
-        [f"{ROOT}[1].visibilityGraph[0]: node 'n2' lists itself"]),
+    "self entry at another position": (
+        lambda d: entries(d)[1]["visibilityGraph"][0].update(nodeName="n2", nodeID=2,
+                                                             PosX=21.16),
+        [f"{ROOT}[1].visibilityGraph[0].PosX: the node's own entry lists PosX 21.16, "
+         "but its position is 20.16"]),
+    "self entry with the wrong id": (
+        lambda d: entries(d)[1]["visibilityGraph"][0].update(nodeName="n2", nodeID=5),
+        [f"{ROOT}[1].visibilityGraph[0].nodeID: node 'n2' has nodeID 2, not 5"]),
     "peer with the wrong id": (
         lambda d: entries(d)[1]["visibilityGraph"][0].update(nodeID=7),
         [f"{ROOT}[1].visibilityGraph[0].nodeID: node 'n1' has nodeID 1, not 7"]),
@@ -561,6 +567,39 @@ def test_invalid_nestednet_file(tmp_path, case):
     message = problem(tmp_path, doc)
     for text in expected:
         assert text in message, message
+
+
+# -- the thesis's own example (Fig. 3.11) ---------------------------------------------
+
+
+@pytest.mark.unit
+def test_thesis_fig_3_11_loads_with_its_self_entries():
+    """Each node lists itself (with LoS and position) as printed; that makes no link."""
+    s = load_scenario(THESIS_FIG_3_11, nestednet_iphys=2)
+    assert s.source_format == "nestednet" and s.node_names == ("BIIF-1", "BIIF-2")
+    assert [n.node_id for n in s.nodes] == [36585, 37753]
+    assert s.duration == 10.8 and [st_.time for st_ in s.steps] == [0.000008]
+    assert s.steps[0].visible == {("BIIF-1", "BIIF-2")}
+    assert s.steps[0].positions == {"BIIF-1": (-15777.7685, -4847.7022, -21031.0903),
+                                    "BIIF-2": (6908.7847, 25485.215, -1440.555)}
+
+
+@pytest.mark.unit
+def test_a_self_entry_with_los_false_changes_nothing():
+    doc = load_doc(THESIS_FIG_3_11)
+    for entry in entries(doc):
+        for peer in entry["visibilityGraph"]:
+            if peer["nodeName"] == entry["nodeName"]:
+                peer["LoS"] = False
+    with tempfile.TemporaryDirectory() as tmp:
+        s = load_scenario(write_doc(Path(tmp), doc, "fig.json"))
+    assert s.steps[0].visible == {("BIIF-1", "BIIF-2")}
+
+
+@pytest.mark.unit
+def test_cli_checks_the_thesis_example():
+    result = run_cli("visibility", "check", str(THESIS_FIG_3_11), "--json")
+    assert result.exit_code == 0, result.output
 
 
 # -- not JSON, not a scenario, not a file ---------------------------------------------

@@ -15,6 +15,8 @@ from nestednet.errors import UsageError
 
 THESIS = Path("scenarios/links/thesis-example.json")
 NATIVE = Path("scenarios/links/native-example.json")
+FIG_4_6 = Path("scenarios/links/thesis-fig-4.6.json")
+FIG_4_6_TESTBED = Path("scenarios/links/thesis-fig-4.6-testbed.json")
 
 
 def thesis() -> dict:
@@ -23,6 +25,10 @@ def thesis() -> dict:
 
 def native() -> dict:
     return json.loads(NATIVE.read_text())
+
+
+def printed() -> dict:
+    return json.loads(FIG_4_6.read_text())
 
 
 @pytest.mark.unit
@@ -34,6 +40,100 @@ def test_thesis_example_reads_as_three_links():
     assert c2.backward.loss_pct == 1.0 and c2.backward.rate_bps == 10_000_000
     assert c3.forward.loss_pct == 0.5 and str(c3.client_ip) == "198.18.0.13"
     assert {str(link.server_ip) for link in table.links} == {"198.19.0.10"}
+
+
+@pytest.mark.unit
+def test_thesis_fig_4_6_as_printed():
+    """Fig. 4.6: Linksimulation wrapper, a properties list, no packetloss_3_forward."""
+    table = linksfile.load(FIG_4_6)
+    assert [link.name for link in table.links] == ["R1-C1", "R1-C2", "R1-C3"]
+    assert [str(link.client_ip) for link in table.links] == [
+        "10.1.1.123", "20.1.1.12", "18.2.1.23"]
+    assert {str(link.server_ip) for link in table.links} == {"11.3.2.111"}
+    c1, c2, c3 = table.links
+    assert (c1.forward.rate_bps, c1.forward.delay_us, c1.forward.loss_pct) == (
+        46_000_000, 11_000, 0)
+    assert (c1.backward.rate_bps, c1.backward.delay_us) == (8_000_000, 8_000)
+    assert (c2.forward.rate_bps, c2.forward.delay_us) == (50_000_000, 5_000)
+    assert (c3.forward.rate_bps, c3.forward.delay_us, c3.forward.loss_pct) == (
+        30_000_000, 3_000, 0)
+    assert all(link.forward.jitter_us == 0 == link.backward.jitter_us for link in table.links)
+
+
+@pytest.mark.unit
+def test_printed_and_flattened_shapes_give_the_same_table():
+    doc = printed()
+    body = doc["Linksimulation"]
+    flat = {"Routerpairs": body["Routerpairs"],
+            "Linkproperties": [{"Routerid": 1, **body["Linkproperties"][0]["properties"][0]}]}
+    assert linksfile.parse(flat) == linksfile.parse(doc)
+    split = printed()
+    props = split["Linksimulation"]["Linkproperties"][0]["properties"]
+    first = {k: v for k, v in props[0].items() if "_1_" in k}
+    props[:] = [first, {k: v for k, v in props[0].items() if k not in first}]
+    assert linksfile.parse(split) == linksfile.parse(doc)
+
+
+@pytest.mark.unit
+def test_fig_4_6_on_testbed_addresses_applies_dry_run():
+    table = linksfile.load(FIG_4_6_TESTBED)
+    assert [str(link.client_ip) for link in table.links] == [
+        "198.18.0.11", "198.18.0.12", "198.18.0.13"]
+    for path in (FIG_4_6, FIG_4_6_TESTBED):
+        result = CliRunner().invoke(main, ["apply", str(path), "--dry-run"])
+        assert result.exit_code == 0, result.output
+        assert "R1-C3" in result.output
+
+
+def _printed_with(change):
+    doc = printed()
+    change(doc["Linksimulation"])
+    return doc
+
+
+_PROPS = "Linksimulation.Linkproperties[0].properties[0]"
+PRINTED_BAD = [
+    (_printed_with(lambda b: b["Linkproperties"][0]["properties"][0].update(
+        delay_2_forward="5mx")), f"{_PROPS}.delay_2_forward", "unknown unit 'mx'"),
+    (_printed_with(lambda b: b["Linkproperties"][0]["properties"][0].pop(
+        "throughput_3_backward")), f"{_PROPS}.throughput_3_backward", "missing"),
+    (_printed_with(lambda b: b["Linkproperties"][0]["properties"][0].update(
+        throughput_4_forward="1Mbps")), f"{_PROPS}.throughput_4_forward",
+     "client 4 does not exist"),
+    (_printed_with(lambda b: b["Linkproperties"][0]["properties"][0].update(
+        **{"throughput 1 forward": "1Mbps"})), f"{_PROPS}.throughput 1 forward", "unknown key"),
+    (_printed_with(lambda b: b["Linkproperties"][0].pop("properties")),
+     "Linksimulation.Linkproperties[0].properties", "missing"),
+    (_printed_with(lambda b: b["Routerpairs"][0].update(Client_IP2="20.1.1.300")),
+     "Linksimulation.Routerpairs[0].Client_IP2", "not an IPv4"),
+    (_printed_with(lambda b: b["Routerpairs"][0].pop("Server_IP")),
+     "Linksimulation.Routerpairs[0].Server_IP", "missing"),
+    (_printed_with(lambda b: b["Routerpairs"][0].update(Clientcount="3")),
+     "Linksimulation.Routerpairs[0].Clientcount", "not of type 'integer'"),
+    (_printed_with(lambda b: b.update(Extra=1)), "Linksimulation.Extra", "unknown key"),
+    (_printed_with(lambda b: b["Linkproperties"][0].update(Routerid=2)),
+     "Linksimulation.Linkproperties[0].Routerid", "not in Routerpairs"),
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("doc", "path", "reason"), PRINTED_BAD)
+def test_bad_printed_files_name_the_place(tmp_path, doc, path, reason):
+    with pytest.raises(UsageError) as info:
+        linksfile.parse(doc)
+    assert str(info.value).startswith(f"{path}:"), str(info.value)
+    assert reason in str(info.value)
+    file = tmp_path / "fig.json"
+    file.write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["apply", str(file), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert f"{file}: {path}:" in result.output
+
+
+@pytest.mark.unit
+def test_thesis_schema_file_is_the_package_schema():
+    assert (json.loads(Path("scenarios/links/links-thesis.schema.json").read_text())
+            == linksfile.thesis_schema())
 
 
 @pytest.mark.unit
@@ -138,11 +238,11 @@ BAD += [
      "links[0].forward.jitter", "jitter larger than the delay"),
     (_native_with(lambda d: d["links"][1].update(client="C1")), "links[1]",
      "duplicate client"),
-    (_native_with(lambda d: d["links"][0].pop("router")), "links[0]", "'router' is a required"),
+    (_native_with(lambda d: d["links"][0].pop("router")), "links[0].router", "missing"),
     (_native_with(lambda d: d["links"][0].update(client_ip="nope")), "links[0].client_ip",
      "not a 'ipv4'"),
-    (_native_with(lambda d: d["links"][0]["forward"].pop("rate")), "links[0].forward",
-     "'rate' is a required"),
+    (_native_with(lambda d: d["links"][0]["forward"].pop("rate")), "links[0].forward.rate",
+     "missing"),
     (_native_with(lambda d: d["emulator"].update(server_port="le-cli")), "emulator",
      "must differ"),
     (_native_with(lambda d: d.update(links=[])), "links", "should be non-empty"),

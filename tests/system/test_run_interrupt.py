@@ -1,0 +1,131 @@
+"""`nestednet run` as a user runs it: a process, with and without a terminal.
+
+A 4-node x 2-iPHY lab; a NestedNet-format file played on it without --iphys, and
+Ctrl-C (SIGINT without a terminal, ^C typed into a pty under `script`) in the middle
+of a run: exit 130, the summary so far, no links left on the main bridge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nestednet.lab.create import CreateRequest, create
+from nestednet.lab.links import LabLinks
+from nestednet.lab.record import LabRecord
+from nestednet.lab.teardown import delete_lab
+from nestednet.model import events as ev
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = str(Path(sys.executable).parent / "nestednet")
+LAB = "trcli"
+SMALL = ROOT / "scenarios" / "small-4x2.json"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    record = LabRecord(LAB)
+    if record.exists():
+        delete_lab(record)
+    create(CreateRequest(lab=LAB, nodes=4, iphys=2))
+    try:
+        yield record
+    finally:
+        delete_lab(LabRecord(LAB))
+
+
+def _wait_for_link_up(events: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before any link came up"
+        if events.exists() and '"event":"link_up"' in events.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError("no link_up within the time allowed")
+
+
+def _no_flows_left(record: LabRecord) -> bool:
+    return LabLinks.of(record).links() == []
+
+
+def test_nestednet_format_file_takes_the_labs_iphys(lab, tmp_path):
+    scenario = tmp_path / "nn-format.json"
+    made = subprocess.run([CLI, "visibility", "generate", "--nodes", "4", "--duration", "4",
+                           "--step", "2", "--range", "100", "--model", "static",
+                           "--format", "nestednet", "-o", str(scenario)],
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    events = tmp_path / "ev.jsonl"
+    done = subprocess.run([CLI, "run", str(scenario), "--lab", LAB, "--speed", "4",
+                           "--events", str(events), "--json"],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps_played"] == 2 and summary["events"] == str(events)
+    recorded = ev.read_events(events)
+    step_lines = [ln for ln in done.stderr.splitlines() if " step " in ln and "requests" in ln]
+    assert len(step_lines) == 2, done.stderr
+    for k, line in enumerate(step_lines):
+        ups = sum(1 for e in recorded if e.event == ev.LINK_UP and e.step == k)
+        assert f"step {k + 1}/2 " in line and f"new {ups}," in line, (line, ups)
+    assert _no_flows_left(lab)
+
+
+def _interrupt_and_check(proc: subprocess.Popen, send, lab: LabRecord,
+                         events: Path) -> str:
+    _wait_for_link_up(events, proc)
+    sent = time.monotonic()
+    send()
+    out, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130, out
+    assert "run interrupted" in out and f"events in {events}" in out, out
+    assert took < 30, f"Ctrl-C took {took:.1f} s"
+    assert _no_flows_left(lab)
+    return out
+
+
+def test_ctrl_c_without_a_terminal(lab, tmp_path):
+    events = tmp_path / "ev.jsonl"
+    proc = subprocess.Popen([CLI, "run", str(SMALL), "--lab", LAB, "--speed", "0.5",
+                             "--events", str(events)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    try:
+        out = _interrupt_and_check(proc, lambda: proc.send_signal(signal.SIGINT), lab, events)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "KeyError" not in out and "Traceback" not in out
+
+
+def test_ctrl_c_under_a_terminal(lab, tmp_path):
+    """^C typed into the pty reaches the whole foreground group, as a user's Ctrl-C does."""
+    events = tmp_path / "ev.jsonl"
+    command = shlex.join([CLI, "run", str(SMALL), "--lab", LAB, "--speed", "0.5",
+                          "--events", str(events)])
+    proc = subprocess.Popen(["script", "-qec", command, "/dev/null"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env={**os.environ, "TERM": "xterm",
+                                                   "COLUMNS": "200"})
+
+    def type_ctrl_c() -> None:
+        assert proc.stdin is not None
+        proc.stdin.write("\x03")
+        proc.stdin.flush()
+
+    try:
+        out = _interrupt_and_check(proc, type_ctrl_c, lab, events)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in out
