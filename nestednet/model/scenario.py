@@ -292,6 +292,9 @@ def summary(scenario: Scenario) -> dict[str, Any]:
         "line_of_sight": ({"rule": "distance", "range": scenario.range}
                           if scenario.range is not None else None),
         "positions": scenario.has_positions,
+        "length_unit": scenario.length_unit,
+        "link_model": (scenario.link_model.document()
+                       if scenario.link_model is not None else None),
         "nodes": [{"name": n.name, "id": n.node_id, "iphys": n.iphys} for n in scenario.nodes],
         "steps": steps,
     }
