@@ -82,12 +82,17 @@ def load_scenario(path: str | Path, *, nestednet_iphys: int = DEFAULT_IPHYS,
     native file that states another unit is refused rather than silently rescaled.
     """
     scenario = parse_scenario(read_json(path), str(path), nestednet_iphys=nestednet_iphys)
+    return with_length_unit(scenario, length_unit, str(path))
+
+
+def with_length_unit(scenario: Scenario, length_unit: str | None, source: str) -> Scenario:
+    """The scenario with the unit given on the command line, if it states none itself."""
     if length_unit is None or length_unit == scenario.length_unit:
         return scenario
     if length_unit not in LENGTH_UNITS:
         raise UsageError(f"unknown length unit {length_unit!r}: choose m or km")
     if scenario.length_unit is not None:
-        raise UsageError(f"{path}: length_unit: the file says {scenario.length_unit!r}, "
+        raise UsageError(f"{source}: length_unit: the file says {scenario.length_unit!r}, "
                          f"--length-unit says {length_unit!r}")
     return dataclasses.replace(scenario, length_unit=length_unit)
 

@@ -288,3 +288,33 @@ def test_check_with_an_override_and_without_unit_exits_2():
 def test_check_of_an_unshaped_file_prints_no_link_table():
     result = run_cli("visibility", "check", str(SCENARIOS / "small-4x2.json"))
     assert result.exit_code == 0 and "link properties" not in result.output
+
+
+# -- graph --label ------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_pair_labels_show_both_directions_when_they_differ():
+    from nestednet import connectivity_plot as plot
+
+    s = parse_scenario(doc(link_model={"model": "propagation"}), "f.json")
+    r = LinkResolver(s)
+    delay = plot.pair_labels(r, 0, "delay")
+    assert delay[("a", "b")] == plot.PairLabel(5.0, "5/0")  # a->b explicit 5 ms, b->a 0
+    assert delay[("a", "c")] == plot.PairLabel(13.343, "13.3")
+    rate = plot.pair_labels(r, 0, "rate")
+    assert rate[("a", "b")] == plot.PairLabel(20.0, "20/5")
+    assert rate[("a", "c")] == plot.PairLabel(None, "-")  # not limited
+    frames = plot.frames_from_scenario(s, resolver=r, label="delay")
+    assert plot.value_range(frames) == (5.0, 20.014)  # step 1: a-b 6,000 km
+
+
+@pytest.mark.unit
+def test_graph_label_cli(tmp_path):
+    out = tmp_path / "leo.png"
+    result = run_cli("graph", str(LEO), "--label", "delay", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = run_cli("graph", str(NESTEDNET_EXAMPLE), "--label", "rate", "--link-model",
+                     str(WIFI), "-o", str(tmp_path / "x.png"))
+    assert result.exit_code == 2 and "states no length unit" in result.output
