@@ -24,7 +24,6 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
-from referencing import Registry, Resource
 
 from nestednet.errors import UsageError
 from nestednet.model import link_models
@@ -182,16 +181,9 @@ def load_schema(resource: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-def schema_registry() -> Registry:
-    """Schemas other schemas refer to; the link-model one built from the model registry,
-    so a model a user registers is validated like a built-in."""
-    return Registry().with_resource(link_models.SCHEMA_ID,
-                                    Resource.from_contents(link_models.schema()))
-
-
 def check_against_schema(doc: Any, schema: dict[str, Any], problems: Problems) -> None:
     """Structural problems, each with its path, in file order."""
-    validator = jsonschema.Draft202012Validator(schema, registry=schema_registry())
+    validator = jsonschema.Draft202012Validator(schema)
     for error in validator.iter_errors(doc):
         problems.add(list(error.absolute_path), _schema_message(error))
 

@@ -37,8 +37,18 @@ SCHEMA_RESOURCE = "scenario.schema.json"
 
 
 def schema() -> dict[str, Any]:
-    """The native format's JSON Schema, shipped as package data."""
-    return load_schema(SCHEMA_RESOURCE)
+    """The native format's JSON Schema, shipped as package data.
+
+    Its ``link_model`` refers to link-model.schema.json; that reference is replaced
+    here by the schema built from the model registry, so a model a user registers
+    is validated like a built-in (and no schema resolver is needed).
+    """
+    doc = load_schema(SCHEMA_RESOURCE)
+    declared = doc["properties"]["link_model"]
+    models = {k: v for k, v in link_models.schema().items() if k not in ("$schema", "$id")}
+    properties = doc["properties"] | {"link_model": models | {
+        "description": declared["description"]}}
+    return doc | {"properties": properties}
 
 
 def is_native(doc: Any) -> bool:

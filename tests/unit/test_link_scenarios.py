@@ -318,3 +318,18 @@ def test_graph_label_cli(tmp_path):
     result = run_cli("graph", str(NESTEDNET_EXAMPLE), "--label", "rate", "--link-model",
                      str(WIFI), "-o", str(tmp_path / "x.png"))
     assert result.exit_code == 2 and "states no length unit" in result.output
+
+
+@pytest.mark.unit
+def test_shipped_scenario_schema_refers_to_the_link_model_schema():
+    """Editors follow the $ref; the parser substitutes the registry-built schema for it."""
+    from urllib.parse import urljoin
+
+    from nestednet.model import link_models
+    from nestednet.model.scenario import load_schema
+    from nestednet.model.scenario_native import schema
+
+    shipped = load_schema("scenario.schema.json")
+    ref = shipped["properties"]["link_model"]["$ref"]
+    assert urljoin(shipped["$id"], ref) == link_models.SCHEMA_ID
+    assert schema()["properties"]["link_model"]["allOf"] == link_models.schema()["allOf"]
