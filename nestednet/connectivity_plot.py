@@ -10,6 +10,10 @@ Links shown for a step are those up just before the next step begins, i.e. once 
 step has settled (events with scenario_time before the next step's time).
 Scenarios given as explicit pairs have no positions: their nodes are laid out on a
 circle, the same for every frame.
+
+With a label kind ("delay" or "rate"), every visible pair is coloured on one scale
+for all frames and labelled with the property of its link (link_resolver.py: the
+explicit value, else the link model); "a→b/b→a" when the two directions differ.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from nestednet.errors import UsageError
 from nestednet.model import events as ev
 from nestednet.model.line_of_sight import Pair, Position
+from nestednet.model.link_properties import LinkProperties
+from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.scenario import Scenario
 
 VISIBLE_STYLE = {"color": "#8a97a6", "linewidth": 0.9, "alpha": 0.55, "linestyle": "--"}
@@ -44,6 +50,43 @@ class Frame:
     title: str = ""
     laid_out: bool = False
     """True when positions are a circle layout, not real coordinates."""
+    labels: Mapping[Pair, PairLabel] | None = None
+    """Per visible pair, the value that colours it and the text beside it."""
+    label_kind: str = ""
+
+
+LABEL_KINDS = ("delay", "rate")
+LABEL_UNITS = {"delay": "ms", "rate": "Mbit/s"}
+COLORMAP = "viridis"
+
+
+@dataclass(frozen=True)
+class PairLabel:
+    """How one visible pair is coloured (``value``, None: no link) and labelled."""
+
+    value: float | None
+    text: str
+
+
+def _quantity(props: LinkProperties | None, kind: str) -> float | None:
+    if props is None:
+        return None
+    if kind == "delay":
+        return props.delay_us / 1000
+    return None if props.rate_bps is None else props.rate_bps / 1e6
+
+
+def pair_labels(resolver: LinkResolver, step: int, kind: str) -> dict[Pair, PairLabel]:
+    """Each visible pair's delay (ms) or rate (Mbit/s); both directions when they differ."""
+    out = {}
+    for a, b in sorted(resolver.scenario.steps[step].visible):
+        there = _quantity(resolver.properties_for(step, a, b), kind)
+        back = _quantity(resolver.properties_for(step, b, a), kind)
+        texts = ["-" if v is None else f"{v:.3g}" for v in (there, back)]
+        known = [v for v in (there, back) if v is not None]
+        out[(a, b)] = PairLabel(value=max(known) if known else None,
+                                text=texts[0] if there == back else "/".join(texts))
+    return out
 
 
 def circle_layout(names: Sequence[str]) -> dict[str, Position]:
@@ -53,9 +96,14 @@ def circle_layout(names: Sequence[str]) -> dict[str, Position]:
             for i, name in enumerate(names)}
 
 
-def frames_from_scenario(scenario: Scenario,
-                         events: Sequence[ev.Event] | None = None) -> list[Frame]:
-    """One frame per step; links from the events when given."""
+def frames_from_scenario(scenario: Scenario, events: Sequence[ev.Event] | None = None,
+                         *, resolver: LinkResolver | None = None,
+                         label: str = "") -> list[Frame]:
+    """One frame per step; links from the events when given; labels from ``resolver``."""
+    if label and label not in LABEL_KINDS:
+        raise UsageError(f"unknown label {label!r}: choose one of {', '.join(LABEL_KINDS)}")
+    if label and resolver is None:
+        resolver = LinkResolver(scenario)
     layout = None if scenario.has_positions else circle_layout(scenario.node_names)
     frames = []
     for i, step in enumerate(scenario.steps):
@@ -64,7 +112,9 @@ def frames_from_scenario(scenario: Scenario,
         frames.append(Frame(time=step.time, index=i, count=len(scenario.steps),
                             positions=step.positions if layout is None else layout,
                             visible=step.visible, links=links, title=scenario.name,
-                            laid_out=layout is not None))
+                            laid_out=layout is not None,
+                            labels=pair_labels(resolver, i, label) if label and resolver
+                            else None, label_kind=label))
     return frames
 
 
@@ -101,10 +151,18 @@ def frame_at(frames: Sequence[Frame], t: float) -> Frame:
     return chosen
 
 
+def value_range(frames: Sequence[Frame]) -> tuple[float, float] | None:
+    """The colour scale: the smallest and largest labelled value over all frames."""
+    values = [lab.value for f in frames for lab in (f.labels or {}).values()
+              if lab.value is not None]
+    return (min(values), max(values)) if values else None
+
+
 def render_png(frame: Frame, path: str | Path, *, dpi: int = 110,
                bounds: tuple[Position, Position] | None = None) -> None:
     figure, axes = _figure()
-    _draw(axes, frame, bounds or _bounds([frame]))
+    scale = _colour_scale(figure, [frame])
+    _draw(axes, frame, bounds or _bounds([frame]), scale)
     _save(lambda: figure.savefig(str(path), dpi=dpi), path)
 
 
@@ -115,13 +173,14 @@ def render_gif(frames: Sequence[Frame], path: str | Path, *, dpi: int = 80,
 
     figure, axes = _figure()
     bounds = _bounds(frames)
+    scale = _colour_scale(figure, frames)
     writer = PillowWriter(fps=1.0 / seconds_per_frame)
 
     def write() -> None:
         with writer.saving(figure, str(path), dpi):
             for frame in frames:
                 axes.clear()
-                _draw(axes, frame, bounds)
+                _draw(axes, frame, bounds, scale)
                 writer.grab_frame()
 
     _save(write, path)
@@ -145,6 +204,22 @@ def _figure() -> tuple[Any, Any]:
     return figure, axes
 
 
+def _colour_scale(figure: Any, frames: Sequence[Frame]) -> Any:
+    """A ScalarMappable over every frame's labelled values, with its colour bar; or None."""
+    span = value_range(frames)
+    if span is None:
+        return None
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    scale = ScalarMappable(Normalize(*span) if span[0] < span[1]
+                           else Normalize(span[0] - 1, span[1] + 1), COLORMAP)
+    kind = frames[0].label_kind
+    figure.colorbar(scale, ax=figure.axes[0], shrink=0.6, pad=0.1,
+                    label=f"{kind} ({LABEL_UNITS[kind]})")
+    return scale
+
+
 def _bounds(frames: Sequence[Frame]) -> tuple[Position, Position]:
     points = [p for f in frames for p in f.positions.values()] or [(0.0, 0.0, 0.0)]
     lo = tuple(min(p[k] for p in points) for k in range(3))
@@ -152,7 +227,27 @@ def _bounds(frames: Sequence[Frame]) -> tuple[Position, Position]:
     return (lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])
 
 
-def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position]) -> None:
+def _style(base: Mapping[str, Any], frame: Frame, pair: Pair, scale: Any) -> dict[str, Any]:
+    """``base``, recoloured by the pair's labelled value when there is one."""
+    label = (frame.labels or {}).get(pair)
+    if scale is None or label is None or label.value is None:
+        return dict(base)
+    return dict(base) | {"color": scale.to_rgba(label.value), "alpha": 0.95}
+
+
+def _draw_labels(axes: Any, frame: Frame) -> None:
+    pos = frame.positions
+    for (a, b), label in sorted((frame.labels or {}).items()):
+        if a in pos and b in pos:
+            mid = [(pos[a][k] + pos[b][k]) / 2 for k in range(3)]
+            axes.text(*mid, label.text, fontsize=6.5, color="#333333", ha="center",
+                      va="center", zorder=6, bbox={"boxstyle": "round,pad=0.1",
+                                                   "facecolor": "white", "edgecolor": "none",
+                                                   "alpha": 0.7})
+
+
+def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position],
+          scale: Any = None) -> None:
     from matplotlib.lines import Line2D
 
     pos = frame.positions
@@ -160,12 +255,14 @@ def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position]) -> None:
     for a, b in sorted(frame.visible):
         if (a, b) in links or a not in pos or b not in pos:
             continue
-        axes.plot(*zip(pos[a], pos[b], strict=True), **VISIBLE_STYLE)
+        axes.plot(*zip(pos[a], pos[b], strict=True), **_style(VISIBLE_STYLE, frame, (a, b),
+                                                              scale))
     span = max(bounds[1][0] - bounds[0][0], bounds[1][1] - bounds[0][1], 1e-9)
     for (a, b), link in sorted(links.items()):
         if a not in pos or b not in pos:
             continue
-        axes.plot(*zip(pos[a], pos[b], strict=True), **LINK_STYLE)
+        axes.plot(*zip(pos[a], pos[b], strict=True), **_style(LINK_STYLE, frame, (a, b),
+                                                              scale))
         for node, iphy, other in ((link.a, link.a_iphy, link.b), (link.b, link.b_iphy, link.a)):
             p, q = pos[node], pos[other]
             at = [p[k] + (q[k] - p[k]) * 0.22 for k in range(3)]
@@ -182,6 +279,7 @@ def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position]) -> None:
         axes.text(x, y, z + span * 0.025, n, fontsize=8.5, color=NODE_COLOR,
                   ha="center", va="bottom", fontweight="bold")
 
+    _draw_labels(axes, frame)
     _limits(axes, bounds, frame.laid_out)
     visible_count = len(frame.visible)
     handles = [Line2D([], [], **VISIBLE_STYLE, label=f"visible pairs ({visible_count})")]

@@ -8,11 +8,19 @@ from pathlib import Path
 import click
 
 from nestednet import connectivity_plot as plot
+from nestednet.cli.visibility import LENGTH_UNIT_OPTION_HELP, LINK_MODEL_OPTION_HELP
 from nestednet.console import print_json, progress
 from nestednet.errors import UsageError
 from nestednet.model import events as ev
-from nestednet.model.scenario import DEFAULT_IPHYS, MAX_IPHYS, Scenario
-from nestednet.model.scenario_file import decode_json, load_scenario, parse_scenario
+from nestednet.model.link_resolver import LinkResolver
+from nestednet.model.scenario import DEFAULT_IPHYS, LENGTH_UNITS, MAX_IPHYS, Scenario
+from nestednet.model.scenario_file import (
+    decode_json,
+    load_link_model,
+    load_scenario,
+    parse_scenario,
+    with_length_unit,
+)
 
 
 def register(group: click.Group) -> None:
@@ -31,9 +39,17 @@ def register(group: click.Group) -> None:
               help="Scenario file, to give positions when SCENARIO_OR_EVENTS is an events file.")
 @click.option("--iphys", type=click.IntRange(1, MAX_IPHYS), default=DEFAULT_IPHYS,
               show_default=True, help="iPHYs per node for NestedNet-format scenarios.")
+@click.option("--label", type=click.Choice(plot.LABEL_KINDS), default=None,
+              help="Colour and label every visible pair by its link's one-way delay (ms) or "
+                   "rate (Mbit/s): explicit values, else the link model.")
+@click.option("--link-model", "link_model", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help=LINK_MODEL_OPTION_HELP)
+@click.option("--length-unit", type=click.Choice(sorted(LENGTH_UNITS)), default=None,
+              help=LENGTH_UNIT_OPTION_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print what was drawn as JSON.")
 def graph(source: Path, output: Path, at: float | None, events_file: Path | None,
-          scenario_file: Path | None, iphys: int, as_json: bool) -> None:
+          scenario_file: Path | None, iphys: int, label: str | None, link_model: Path | None,
+          length_unit: str | None, as_json: bool) -> None:
     """Draw the 3-D connectivity picture: nodes, visible pairs (faint), links (bold).
 
     SCENARIO_OR_EVENTS is a scenario file (either format) or the events file
@@ -44,6 +60,7 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
     \b
       nestednet graph scenarios/demo-12x4.json --at 30 -o demo.png
       nestednet graph scenarios/demo-12x4.json --events run/events.jsonl -o run.gif
+      nestednet graph scenarios/leo-laser-20.json --label delay -o leo.png
     """
     kind = output.suffix.lower()
     if kind not in (".png", ".gif"):
@@ -54,8 +71,17 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
 
     scenario, events = _read_inputs(source, events_file, scenario_file, iphys)
     if scenario is not None:
-        frames = plot.frames_from_scenario(scenario, events)
+        scenario = with_length_unit(scenario, length_unit, str(scenario_file or source))
+        resolver = None
+        if label:
+            override = load_link_model(link_model) if link_model is not None else None
+            resolver = LinkResolver(scenario, override, source=str(scenario_file or source))
+        frames = plot.frames_from_scenario(scenario, events, resolver=resolver,
+                                           label=label or "")
     else:
+        if label:
+            raise UsageError("--label needs a scenario: link properties come from it",
+                             hint="add --scenario FILE")
         assert events is not None
         frames = plot.frames_from_events(events, title=source.stem)
 

@@ -26,13 +26,17 @@ from typing import Any
 import jsonschema
 
 from nestednet.errors import UsageError
+from nestednet.model import link_models
 from nestednet.model.line_of_sight import Pair, Position
+from nestednet.model.link_properties import LinkProperties
 
 NODE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 """Node names end up in container and port names: short, no spaces, no dots."""
 NODE_NAME_RULE = "1-32 letters, digits, '-' or '_', starting with a letter"
 MAX_IPHYS = 64
 DEFAULT_IPHYS = 4
+LENGTH_UNITS = {"m": 1.0, "km": 1000.0}
+"""Metres per unit of a scenario's positions and range."""
 
 _NAME_RE = re.compile(NODE_NAME_PATTERN)
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -52,11 +56,14 @@ class Step:
     """From ``time`` on, exactly the pairs in ``visible`` see each other.
 
     ``positions`` holds every node's (x, y, z) when the file gave them, else None.
+    ``links`` holds the properties the file states explicitly, per direction
+    (sender, receiver); link_resolver.py decides what the other links get.
     """
 
     time: float
     visible: frozenset[Pair]
     positions: Mapping[str, Position] | None = None
+    links: Mapping[tuple[str, str], LinkProperties] = field(default_factory=dict)
 
     def peers_of(self, node: str) -> frozenset[str]:
         return frozenset(b if a == node else a for a, b in self.visible if node in (a, b))
@@ -64,7 +71,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario: nodes, duration (seconds) and time-ordered steps."""
+    """A validated scenario: nodes, duration (seconds) and time-ordered steps.
+
+    ``length_unit`` ("m" or "km") is the unit of positions and range when the file
+    states it; None when it does not (the NestedNet format never does), and then
+    a link model that needs distances refuses the scenario rather than guess.
+    ``link_model`` is the model the file declares for links it gives no values for.
+    """
 
     nodes: tuple[NodeSpec, ...]
     duration: float
@@ -72,6 +85,8 @@ class Scenario:
     name: str = ""
     source_format: str = "native"
     range: float | None = None
+    length_unit: str | None = None
+    link_model: link_models.LinkModel | None = None
     _by_name: dict[str, NodeSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -269,6 +284,9 @@ def summary(scenario: Scenario) -> dict[str, Any]:
         "line_of_sight": ({"rule": "distance", "range": scenario.range}
                           if scenario.range is not None else None),
         "positions": scenario.has_positions,
+        "length_unit": scenario.length_unit,
+        "link_model": (scenario.link_model.document()
+                       if scenario.link_model is not None else None),
         "nodes": [{"name": n.name, "id": n.node_id, "iphys": n.iphys} for n in scenario.nodes],
         "steps": steps,
     }

@@ -7,14 +7,28 @@ hand over to the format's parser, which raises UsageError with each problem's pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from nestednet.errors import UsageError
-from nestednet.model.scenario import DEFAULT_IPHYS, Scenario
-from nestednet.model.scenario_native import FORMAT_ID, is_native, parse_native, to_native
+from nestednet.model import link_models
+from nestednet.model.scenario import (
+    DEFAULT_IPHYS,
+    LENGTH_UNITS,
+    Problems,
+    Scenario,
+    check_against_schema,
+)
+from nestednet.model.scenario_native import (
+    FORMAT_ID,
+    is_native,
+    parse_model_declaration,
+    parse_native,
+    to_native,
+)
 from nestednet.model.scenario_nestednet import is_nestednet, parse_nestednet, to_nestednet
 
 FORMATS = ("native", "nestednet")
@@ -58,13 +72,41 @@ def parse_scenario(doc: Any, source: str, *, nestednet_iphys: int = DEFAULT_IPHY
         hint="see scenarios/README.md for both formats")
 
 
-def load_scenario(path: str | Path, *, nestednet_iphys: int = DEFAULT_IPHYS) -> Scenario:
+def load_scenario(path: str | Path, *, nestednet_iphys: int = DEFAULT_IPHYS,
+                  length_unit: str | None = None) -> Scenario:
     """Read and validate a scenario file of either format.
 
     ``nestednet_iphys`` is the iPHY count per node for NestedNet-format files, which
-    carry none; native files set their own.
+    carry none; native files set their own. ``length_unit`` ("m" or "km") states the
+    unit of positions for a file that does not (the NestedNet format never does); a
+    native file that states another unit is refused rather than silently rescaled.
     """
-    return parse_scenario(read_json(path), str(path), nestednet_iphys=nestednet_iphys)
+    scenario = parse_scenario(read_json(path), str(path), nestednet_iphys=nestednet_iphys)
+    return with_length_unit(scenario, length_unit, str(path))
+
+
+def with_length_unit(scenario: Scenario, length_unit: str | None, source: str) -> Scenario:
+    """The scenario with the unit given on the command line, if it states none itself."""
+    if length_unit is None or length_unit == scenario.length_unit:
+        return scenario
+    if length_unit not in LENGTH_UNITS:
+        raise UsageError(f"unknown length unit {length_unit!r}: choose m or km")
+    if scenario.length_unit is not None:
+        raise UsageError(f"{source}: length_unit: the file says {scenario.length_unit!r}, "
+                         f"--length-unit says {length_unit!r}")
+    return dataclasses.replace(scenario, length_unit=length_unit)
+
+
+def load_link_model(path: str | Path) -> link_models.LinkModel:
+    """A link-model file ({"model": NAME, "params": {...}}), every problem located."""
+    doc = read_json(path)
+    problems = Problems(str(path))
+    check_against_schema(doc, link_models.schema(), problems)
+    problems.raise_if_any(hint="the format is described in scenarios/link-model.schema.json")
+    model = parse_model_declaration(doc, [], problems)
+    problems.raise_if_any()
+    assert model is not None
+    return model
 
 
 def scenario_document(scenario: Scenario, fmt: str = "native") -> dict[str, Any]:

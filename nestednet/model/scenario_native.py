@@ -7,13 +7,19 @@ checked here. Every problem carries its path in the file.
 A step gives positions, explicit visible pairs, or both. With both, the explicit
 pairs win and the positions are only for display; with positions only, visibility
 follows the line-of-sight rule (line_of_sight.py: distance <= range, inclusive).
+
+A step's ``links`` give explicit properties of visible pairs, both directions
+(``between``) or one (``from``/``to``, which wins over ``between`` for its
+direction); the top-level ``link_model`` covers the rest (link_resolver.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nestednet.model import link_models
 from nestednet.model.line_of_sight import Pair, Position, pair, visible_pairs
+from nestednet.model.link_properties import LinkProperties, PropertyError, parse_properties
 from nestednet.model.scenario import (
     DEFAULT_IPHYS,
     NodeSpec,
@@ -31,8 +37,18 @@ SCHEMA_RESOURCE = "scenario.schema.json"
 
 
 def schema() -> dict[str, Any]:
-    """The native format's JSON Schema, shipped as package data."""
-    return load_schema(SCHEMA_RESOURCE)
+    """The native format's JSON Schema, shipped as package data.
+
+    Its ``link_model`` refers to link-model.schema.json; that reference is replaced
+    here by the schema built from the model registry, so a model a user registers
+    is validated like a built-in (and no schema resolver is needed).
+    """
+    doc = load_schema(SCHEMA_RESOURCE)
+    declared = doc["properties"]["link_model"]
+    models = {k: v for k, v in link_models.schema().items() if k not in ("$schema", "$id")}
+    properties = doc["properties"] | {"link_model": models | {
+        "description": declared["description"]}}
+    return doc | {"properties": properties}
 
 
 def is_native(doc: Any) -> bool:
@@ -57,6 +73,8 @@ def parse_native(doc: Any, source: str) -> Scenario:
     if los is not None and check_finite(problems, ["line_of_sight", "range"], los["range"]):
         range_ = float(los["range"])
 
+    model = parse_model_declaration(doc.get("link_model"), ["link_model"], problems)
+
     steps: list[Step] = []
     times: list[tuple[list[str | int], float]] = []
     for i, raw in enumerate(doc["steps"]):
@@ -76,14 +94,28 @@ def parse_native(doc: Any, source: str) -> Scenario:
             visible = visible_pairs(positions, range_)
         else:
             visible = frozenset()
-        steps.append(Step(time=time, visible=visible, positions=positions))
+        links = _parse_links(raw.get("links", []), names, visible, path, problems)
+        steps.append(Step(time=time, visible=visible, positions=positions, links=links))
 
     duration = doc["duration"]
     check_steps_order(problems, times,
                       float(duration) if isinstance(duration, int | float) else None)
     problems.raise_if_any()
     return Scenario(nodes=tuple(nodes), duration=float(duration), steps=tuple(steps),
-                    name=doc.get("name", ""), source_format="native", range=range_)
+                    name=doc.get("name", ""), source_format="native", range=range_,
+                    length_unit=doc.get("length_unit"), link_model=model)
+
+
+def parse_model_declaration(raw: dict[str, Any] | None, path: list[str | int],
+                            problems: Problems) -> link_models.LinkModel | None:
+    """A schema-checked model declaration as a model; bad values located under ``path``."""
+    if raw is None:
+        return None
+    try:
+        return link_models.build(raw)
+    except link_models.ModelError as exc:
+        problems.add([*path, *exc.path], str(exc))
+        return None
 
 
 def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict[str, Any]:
@@ -102,6 +134,10 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
     doc["duration"] = scenario.duration
     if common is not None:
         doc["iphys"] = common
+    if scenario.length_unit is not None:
+        doc["length_unit"] = scenario.length_unit
+    if scenario.link_model is not None:
+        doc["link_model"] = scenario.link_model.document()
     if scenario.range is not None:
         doc["line_of_sight"] = {"rule": "distance", "range": scenario.range}
     doc["nodes"] = [
@@ -118,6 +154,8 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
                        or s.visible != visible_pairs(s.positions, scenario.range))
         if write_pairs:
             out["visible"] = [list(p) for p in sorted(s.visible)]
+        if s.links:
+            out["links"] = links_document(s.links)
         steps.append(out)
     doc["steps"] = steps
     return doc
@@ -187,3 +225,51 @@ def _parse_visible(raw: list[list[str]], names: set[str], path: list[str | int],
             continue
         found[p] = j
     return frozenset(found)
+
+
+def links_document(links: dict[tuple[str, str], LinkProperties]) -> list[dict[str, Any]]:
+    """Explicit links as written: one 'between' entry where both directions agree."""
+    out: list[dict[str, Any]] = []
+    for a, b in sorted(links):
+        back = links.get((b, a))
+        if back == links[(a, b)] and a < b:
+            out.append({"between": [a, b]} | links[(a, b)].as_document())
+        elif back != links[(a, b)]:
+            out.append({"from": a, "to": b} | links[(a, b)].as_document())
+    return out
+
+
+def _parse_links(raw: list[dict[str, Any]], names: set[str], visible: frozenset[Pair],
+                 path: list[str | int], problems: Problems
+                 ) -> dict[tuple[str, str], LinkProperties]:
+    both: dict[tuple[str, str], LinkProperties] = {}
+    one: dict[tuple[str, str], LinkProperties] = {}
+    seen: dict[tuple[str, str, bool], int] = {}
+    for j, entry in enumerate(raw):
+        where = [*path, "links", j]
+        a, b = entry["between"] if "between" in entry else (entry["from"], entry["to"])
+        key = "between" if "between" in entry else "from"
+        unknown = [n for n in (a, b) if n not in names]
+        if unknown:
+            problems.add([*where, key], f"unknown node {unknown[0]!r}")
+            continue
+        if pair(a, b) not in visible:
+            problems.add(where, f"{a}-{b} is not visible in this step: a link needs "
+                                "line of sight")
+            continue
+        directed = "between" not in entry
+        ident = (a, b, True) if directed else (*pair(a, b), False)
+        if ident in seen:
+            problems.add(where, f"{a}-{b} given twice (also links[{seen[ident]}])")
+            continue
+        seen[ident] = j
+        try:
+            props = parse_properties(entry)
+        except PropertyError as exc:
+            problems.add([*where, exc.field], str(exc))
+            continue
+        if directed:
+            one[(a, b)] = props
+        else:
+            both[(a, b)] = both[(b, a)] = props
+    return both | one

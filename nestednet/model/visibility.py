@@ -9,6 +9,11 @@ the global generator), in a box of side ``area`` (metres, say) and height area/1
   crosses the area in about one to three scenario durations.
 - ``orbit``: nodes circle the area's centre at their own radius, altitude, phase
   and angular speed (a quarter to one full turn per scenario, either direction).
+  With an ``altitude`` (and a length unit) it is instead a shell of satellites
+  around the Earth: circular orbits of radius 6,371 km + altitude, ``planes``
+  orbital planes at 53 degrees inclination spread evenly in right ascension
+  (a Walker delta pattern, phasing 1), satellites evenly spaced in each plane,
+  a seed-chosen phase offset, Kepler's angular speed sqrt(mu / r^3).
 
 Positions are rounded to centimetres *before* visibility is derived, with the same
 line-of-sight rule the parser applies (line_of_sight.py: distance <= range), so a
@@ -22,13 +27,22 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 
 from nestednet.errors import UsageError
 from nestednet.model.line_of_sight import Position, visible_pairs
-from nestednet.model.scenario import MAX_IPHYS, NodeSpec, Scenario, Step
+from nestednet.model.link_models import LinkModel
+from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, NodeSpec, Scenario, Step
 
 MODELS = ("static", "random-waypoint", "orbit")
 TARGET_MEAN_DEGREE = 3.0
+EARTH_RADIUS_M = 6_371_000.0
+EARTH_MU_M3_PER_S2 = 3.986004418e14
+"""Earth's standard gravitational parameter GM."""
+INCLINATION_DEG = 53.0
+"""Starlink's first shell; any value gives a valid shell, this one a familiar one."""
+ATMOSPHERE_M = 80_000.0
+"""A laser sight line must pass above this height: the longest usable chord."""
 
 
 def default_area(nodes: int, range_: float) -> float:
@@ -41,10 +55,22 @@ def step_times(duration: float, step: float) -> list[float]:
     return [round(k * step, 6) for k in range(count)]
 
 
+@dataclass(frozen=True)
+class Shell:
+    """A satellite shell for the ``orbit`` model: altitude above the Earth, planes."""
+
+    altitude: float
+    planes: int = 1
+
+
 def generate(*, nodes: int, duration: float, step: float, range_: float, model: str,
              seed: int = 0, iphys: int = 4, area: float | None = None,
-             name: str = "") -> Scenario:
-    """A scenario whose steps are positions under ``model`` and visibility by distance."""
+             name: str = "", length_unit: str | None = None,
+             link_model: LinkModel | None = None, shell: Shell | None = None) -> Scenario:
+    """A scenario whose steps are positions under ``model`` and visibility by distance.
+
+    ``length_unit`` and ``link_model`` are written into the scenario as given.
+    """
     _check_arguments(nodes, duration, step, range_, model, iphys, area)
     side = area if area is not None else default_area(nodes, range_)
     if not math.isfinite(side):
@@ -52,8 +78,11 @@ def generate(*, nodes: int, duration: float, step: float, range_: float, model: 
     rng = random.Random(seed)
     times = step_times(duration, step)
     names = [f"n{i}" for i in range(1, nodes + 1)]
-    tracks = {"static": _static, "random-waypoint": _random_waypoint, "orbit": _orbit}[model](
-        rng, nodes, side, duration, times)
+    if shell is not None:
+        tracks = _shell_tracks(rng, nodes, times, shell, range_, model, area, length_unit)
+    else:
+        tracks = {"static": _static, "random-waypoint": _random_waypoint, "orbit": _orbit}[
+            model](rng, nodes, side, duration, times)
     steps = []
     for k, t in enumerate(times):
         positions = {n: _rounded(tracks[i][k]) for i, n in enumerate(names)}
@@ -61,7 +90,8 @@ def generate(*, nodes: int, duration: float, step: float, range_: float, model: 
     specs = tuple(NodeSpec(name=n, node_id=i + 1, iphys=iphys) for i, n in enumerate(names))
     return Scenario(nodes=specs, duration=float(duration), steps=tuple(steps),
                     name=name or f"{model}-{nodes}x{iphys}-seed{seed}",
-                    source_format="native", range=float(range_))
+                    source_format="native", range=float(range_), length_unit=length_unit,
+                    link_model=link_model)
 
 
 def _check_arguments(nodes: int, duration: float, step: float, range_: float, model: str,
@@ -138,3 +168,47 @@ def _orbit(rng: random.Random, nodes: int, side: float, duration: float,
                         centre + radius * math.sin(phase + omega * t), altitude)
                        for t in times])
     return tracks
+
+
+def longest_clear_chord(radius: float, clearance: float) -> float:
+    """The longest straight line between two points at ``radius`` that stays above
+    ``clearance`` from the centre: links longer than this would cross the Earth."""
+    return 2 * math.sqrt(max(radius**2 - clearance**2, 0.0))
+
+
+def _shell_tracks(rng: random.Random, nodes: int, times: list[float], shell: Shell,
+                  range_: float, model: str, area: float | None,
+                  length_unit: str | None) -> list[list[Position]]:
+    if model != "orbit" or area is not None or length_unit is None:
+        raise UsageError("--altitude makes a satellite shell: it needs --model orbit and "
+                         "--length-unit m|km, and takes no --area")
+    if not (math.isfinite(shell.altitude) and shell.altitude > 0):
+        raise UsageError(f"--altitude must be > 0, got {shell.altitude:g}")
+    if not 1 <= shell.planes <= nodes:
+        raise UsageError(f"--planes must be 1..{nodes} (the node count), got {shell.planes}")
+    per_m = 1 / LENGTH_UNITS[length_unit]
+    radius = (EARTH_RADIUS_M * per_m) + shell.altitude
+    chord = longest_clear_chord(radius, (EARTH_RADIUS_M + ATMOSPHERE_M) * per_m)
+    if range_ > chord:
+        raise UsageError(f"--range {range_:g} {length_unit} would let links cross the Earth: "
+                         f"at altitude {shell.altitude:g} {length_unit} the longest line of "
+                         f"sight above {ATMOSPHERE_M / 1000:g} km is {chord:.0f} {length_unit}")
+    omega = math.sqrt(EARTH_MU_M3_PER_S2 * per_m**3 / radius**3)
+    incl = math.radians(INCLINATION_DEG)
+    offset = rng.uniform(0, 2 * math.pi)
+    per_plane = math.ceil(nodes / shell.planes)
+    tracks = []
+    for i in range(nodes):
+        plane, slot = divmod(i, per_plane)
+        raan = 2 * math.pi * plane / shell.planes
+        phase = offset + 2 * math.pi * (slot / per_plane + plane / nodes)
+        tracks.append([_on_orbit(radius, raan, incl, phase + omega * t) for t in times])
+    return tracks
+
+
+def _on_orbit(radius: float, raan: float, incl: float, u: float) -> Position:
+    """Earth-centred position on a circular orbit (argument of latitude ``u``)."""
+    cu, su = math.cos(u), math.sin(u)
+    return (radius * (math.cos(raan) * cu - math.sin(raan) * su * math.cos(incl)),
+            radius * (math.sin(raan) * cu + math.cos(raan) * su * math.cos(incl)),
+            radius * su * math.sin(incl))

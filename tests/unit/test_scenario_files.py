@@ -762,8 +762,9 @@ def test_the_readme_examples_are_valid():
     text = (SCENARIOS / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```json\n(.*?)```", text, re.S)
     parsed = [parse_scenario(json.loads(b), "README.md") for b in blocks]
-    assert [s.source_format for s in parsed] == ["native", "nestednet"]
-    native, nested = parsed
+    assert [s.source_format for s in parsed] == ["native", "native", "nestednet"]
+    native, with_links, nested = parsed
+    assert with_links.steps[0].links[("b", "a")].rate_bps == 5_000_000
     assert [s.visible for s in native.steps] == [{("a", "b"), ("b", "c")}, {("a", "b")}]
     assert [n.iphys for n in native.nodes] == [2, 2, 4]
     assert nested.steps[0].visible == {("n1", "n2")}

@@ -1,0 +1,89 @@
+"""Which properties each direction of each visible link gets, step by step.
+
+First match wins:
+
+1. the step's explicit ``links`` entry for that direction (native format);
+2. the link model: the one given with ``--link-model FILE`` if any, else the
+   scenario's ``link_model``; it sees the two positions converted to metres;
+3. nothing: an ideal link (IDEAL, not shaped).
+
+A model may also say a visible pair cannot link at all (a laser beyond its
+range): ``properties_for`` then returns None and the pair must stay down.
+
+Binding a model to a scenario is checked up front (LinkResolver's constructor):
+a model that uses distances needs positions in every step and a stated length
+unit, so a run never starts on a file whose links cannot be worked out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from nestednet.errors import UsageError
+from nestednet.model.line_of_sight import Position, pair
+from nestednet.model.link_models import LinkModel
+from nestednet.model.link_properties import IDEAL, LinkProperties, summarise
+from nestednet.model.scenario import LENGTH_UNITS, Scenario
+
+
+class LinkResolver:
+    """A scenario with the model its links follow; answers per step and direction."""
+
+    def __init__(self, scenario: Scenario, override: LinkModel | None = None,
+                 source: str = "scenario") -> None:
+        self.scenario = scenario
+        self.model = override if override is not None else scenario.link_model
+        self._scale = LENGTH_UNITS.get(scenario.length_unit or "", 1.0)
+        if self.model is not None and self.model.USES_DISTANCE:
+            self._check_binding(source)
+
+    def _check_binding(self, source: str) -> None:
+        name = self.model.NAME if self.model is not None else ""
+        if self.scenario.length_unit is None:
+            raise UsageError(
+                f"{source}: link model {name!r} needs distances, but the scenario states no "
+                "length unit", hint="add \"length_unit\": \"m\" or \"km\" to a native file; "
+                                    "for a NestedNet-format file pass --length-unit m|km")
+        missing = [i for i, s in enumerate(self.scenario.steps) if s.positions is None]
+        if missing:
+            raise UsageError(f"{source}: steps[{missing[0]}]: link model {name!r} needs node "
+                             "positions, and this step has none")
+
+    def properties_for(self, step: int, a: str, b: str) -> LinkProperties | None:
+        """Properties of the direction a -> b in step ``step``; None: not visible or no link."""
+        return self.resolve(step, a, b)[0]
+
+    def resolve(self, step: int, a: str, b: str) -> tuple[LinkProperties | None, str]:
+        """Properties of a -> b and where they came from ("explicit", "model", "ideal")."""
+        s = self.scenario.steps[step]
+        if pair(a, b) not in s.visible:
+            return None, "not-visible"
+        explicit = s.links.get((a, b))
+        if explicit is not None:
+            return explicit, "explicit"
+        if self.model is None:
+            return IDEAL, "ideal"
+        positions = s.positions or {}
+        origin: Position = (0.0, 0.0, 0.0)
+        return (self.model.properties(self._metres(positions.get(a, origin)),
+                                      self._metres(positions.get(b, origin))), "model")
+
+    def _metres(self, p: Position) -> Position:
+        k = self._scale
+        return (p[0] * k, p[1] * k, p[2] * k)
+
+    def directions(self, step: int) -> Iterator[tuple[str, str]]:
+        """Both directions of every visible pair of a step, in a stable order."""
+        for a, b in sorted(self.scenario.steps[step].visible):
+            yield a, b
+            yield b, a
+
+    def step_properties(self, step: int) -> dict[tuple[str, str], LinkProperties | None]:
+        return {(a, b): self.properties_for(step, a, b) for a, b in self.directions(step)}
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per step: min/median/max delay and rate, counts, what needs netem."""
+        return [{"index": i, "time": s.time}
+                | summarise(self.step_properties(i).values())
+                for i, s in enumerate(self.scenario.steps)]
