@@ -123,8 +123,11 @@ class Agent:
             st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                         for link in message["links"]}
             st.pending.clear()
-        elif kind == p.VISIBILITY:
+        elif kind == p.STEP:
+            # The CA's whole view for this step: visibility and links replace ours at once.
             st.step, st.visible = message["step"], sorted(message["peers"])
+            st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
+                        for link in message["links"]}
             st.refused.clear()
             st.iphys_refused.clear()
         elif kind == p.LINK_OK:
@@ -139,8 +142,6 @@ class Agent:
                 st.iphys_refused.add(message["src_iphy"])
         elif kind == p.LINK_UP:
             st.links[message["peer"]] = (message["local_iphy"], message["peer_iphy"])
-        elif kind == p.LINK_DOWN:
-            st.links.pop(message["peer"], None)
         elif kind == p.ERROR:
             log.warning("CA reported an error: %s", message["error"])
         return self._requests()
@@ -152,7 +153,8 @@ class Agent:
             self._next_req += 1
             self.state.pending[req_id] = (peer, iphy)
             out.append(p.encode(p.LINK_REQ, req_id=req_id, src_node=self.state.node,
-                                dst_node=peer, src_iphy=iphy))
+                                dst_node=peer, src_iphy=iphy, step=self.state.step,
+                                sent=round(time.time(), 6)))
         return out
 
     def hello(self) -> bytes:

@@ -191,16 +191,23 @@ class CommunicationAssistant:
         self.sessions.bind(node, conn)
         up = [i["name"] for i in msg["iphys"] if i.get("up", True)]
         self.hello_seen.add(node)
-        links = [{"peer": link.peer_of(node), "local_iphy": iphy_name(link.iphy_of(node)),
-                  "peer_iphy": iphy_name(link.iphy_of(link.peer_of(node)))}
-                 for link in self.table.links_of(node)]
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
-                    control_ip=self.control_ips[node], links=links,
+                    control_ip=self.control_ips[node], links=self._links_of(node),
                     iphys=[iphy_name(i) for i in self.table.iphys_of(node)])
         self._event("hello", nodes=[node], ready_iphys=up, reconnect=bool(msg.get("links")))
         if self.progress.step >= 0:
-            self._reply(conn, p.VISIBILITY, step=self.progress.step,
-                        time=self.progress.scenario_time, peers=self.visible.get(node, []))
+            self._send_step(node)
+
+    def _links_of(self, node: str) -> list[dict[str, str]]:
+        """``node``'s links as the table has them, from its side (ID and STEP carry them)."""
+        return [{"peer": link.peer_of(node), "local_iphy": iphy_name(link.iphy_of(node)),
+                 "peer_iphy": iphy_name(link.iphy_of(link.peer_of(node)))}
+                for link in self.table.links_of(node)]
+
+    def _send_step(self, node: str) -> None:
+        """The current step as ``node`` must see it: visible peers and links, in one message."""
+        self._to_node(node, p.STEP, step=self.progress.step, time=self.progress.scenario_time,
+                      peers=self.visible.get(node, []), links=self._links_of(node))
 
     def _decide(self, conn: int, msg: dict) -> tuple[int, dict, LinkEnds] | None:
         src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
@@ -210,7 +217,10 @@ class CommunicationAssistant:
         self.progress.requests += 1
         number = iphy_number(src_iphy)
         # -1 stands for a name that is no iPHY at all (a mistaken or hostile request).
-        self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number])
+        self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number],
+                    **{key: msg[field] for key, field in (("agent_step", "step"),
+                                                         ("sent_wall", "sent"))
+                       if field in msg})
         answer = (self.table.request(src, dst, number) if number is not None else None)
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
@@ -265,8 +275,6 @@ class CommunicationAssistant:
             self.progress.last_change = time.monotonic()
             for link in ends:
                 self.progress.links_down += 1
-                self._to_node(link.a, p.LINK_DOWN, peer=link.b, local_iphy=link.a_iphy)
-                self._to_node(link.b, p.LINK_DOWN, peer=link.a, local_iphy=link.b_iphy)
                 self._event("link_down", nodes=[link.a, link.b], iphys=link.numbers(),
                             latency_ms=round((time.monotonic() - now) * 1000, 3))
         self.visible = {node: [] for node in self.node_ids}
@@ -275,4 +283,5 @@ class CommunicationAssistant:
             self.visible[a].append(b)
             self.visible[b].append(a)
         for node, peers in self.visible.items():
-            self._to_node(node, p.VISIBILITY, step=step, time=scenario_time, peers=sorted(peers))
+            peers.sort()
+            self._send_step(node)

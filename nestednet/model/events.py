@@ -6,7 +6,9 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
 
 - ``step``: a step took effect. ``nodes``: every node of the lab; ``visible``: the
   visible pairs ``[[a, b], ...]``; ``positions`` (optional): ``{node: [x, y, z]}``.
-- ``link_request``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``.
+- ``link_request``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``; ``sent_wall``
+  (optional): when the agent sent it (Unix seconds, the host's clock); ``agent_step``
+  (optional): the step the agent had been told of when it asked.
 - ``link_up``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]`` (a requested);
   ``latency_ms`` (optional): from the visibility change to the flows installed.
 - ``link_fail``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``, ``reason``.
@@ -178,6 +180,59 @@ def links_before(events: Iterable[Event], t: float | None) -> dict[Pair, LinkSta
         elif e.event == LINK_DOWN:
             up.pop(pair(e.nodes[0], e.nodes[1]), None)
     return up
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile ``q`` (0-100] of ``values``; None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
+    """A run's link negotiation in figures: requests, refusals by reason, link_up latency.
+
+    Latency is request -> flows in: from a link_request (its ``sent_wall`` when the agent
+    stamped it, else when the CA logged it) to the link_up that the same request made
+    (the next link_up of that ordered pair). ``stale_requests`` counts requests made on
+    a step older than the CA's, i.e. that crossed a new step on the way.
+    """
+    requests = 0
+    stale = 0
+    refusals: dict[str, int] = {}
+    asked: dict[tuple[str, str], float] = {}
+    latencies: list[float] = []
+    for e in events:
+        if e.event == LINK_REQUEST:
+            requests += 1
+            agent_step = e.extra.get("agent_step")
+            if isinstance(agent_step, int) and e.step is not None and agent_step < e.step:
+                stale += 1
+            sent = e.extra.get("sent_wall", e.wall_time)
+            if _finite(sent):
+                asked[(e.nodes[0], e.nodes[1])] = float(sent)
+        elif e.event == LINK_FAIL:
+            reason = (e.reason or "unknown").split(":", 1)[0]
+            refusals[reason] = refusals.get(reason, 0) + 1
+            asked.pop((e.nodes[0], e.nodes[1]), None)
+        elif e.event == LINK_UP:
+            sent = asked.pop((e.nodes[0], e.nodes[1]), None)
+            if sent is not None and e.wall_time is not None:
+                latencies.append(max(0.0, (e.wall_time - sent) * 1000))
+
+    def ms(q: float) -> float | None:
+        value = percentile(latencies, q)
+        return None if value is None else round(value, 3)
+
+    refused = sum(refusals.values())
+    return {"requests": requests, "refused": refused,
+            "refused_share": round(refused / requests, 4) if requests else 0.0,
+            "refusals": dict(sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "stale_requests": stale,
+            "link_up_latency_ms": {"count": len(latencies), "p50": ms(50), "p90": ms(90),
+                                   "p99": ms(99)}}
 
 
 def _finite(value: Any) -> bool:
