@@ -30,6 +30,12 @@ _PEER_REFUSED = {"link_exists", "no_free_iphy", "mutual_already_won", "not_visib
                  "unknown_node", "same_node"}
 
 
+def _iphy_order(name: str) -> tuple[int, str]:
+    """``iphy10`` after ``iphy9``: by number, then by name for anything else."""
+    digits = name.removeprefix("iphy")
+    return (int(digits) if digits.isdigit() else -1, name)
+
+
 @dataclass
 class AgentConfig:
     node: str
@@ -72,9 +78,13 @@ class AgentState:
     connected: bool = False
 
     def free_iphys(self) -> list[str]:
+        """Free iPHYs, highest-numbered first: the CA gives incoming links the lowest free
+        one, so asking from the top keeps our requests off the iPHY an incoming link
+        is about to take (which the CA would refuse as src_iphy_busy)."""
         used = {local for local, _ in self.links.values()} | self.iphys_refused
         used |= {iphy for _, iphy in self.pending.values()}
-        return [name for name, up in sorted(self.iphys_up.items()) if up and name not in used]
+        return sorted((name for name, up in self.iphys_up.items() if up and name not in used),
+                      key=_iphy_order, reverse=True)
 
     def wanted_requests(self) -> list[tuple[str, str]]:
         """(peer, local iPHY) pairs to ask for now: free iPHYs toward untried visible peers."""
@@ -82,7 +92,10 @@ class AgentState:
         peers = [peer for peer in self.visible
                  if peer != self.node and peer not in self.links and peer not in asked
                  and peer not in self.refused]
-        return list(zip(peers, self.free_iphys(), strict=False))
+        free = self.free_iphys()
+        # As link_table.spare_limit: keep one free iPHY for an incoming link while asking.
+        limit = max(len(free) - 1, 0 if self.pending else min(len(free), 1))
+        return list(zip(peers, free[:limit], strict=False))
 
     def as_dict(self) -> dict:
         return {

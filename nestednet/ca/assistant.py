@@ -123,6 +123,16 @@ class Sessions:
         self.by_conn[conn] = node
 
 
+def _claims(messages: Iterable[dict]) -> dict[str, dict[int, str]]:
+    """node -> {iPHY: peer} for the LINK_REQs among ``messages`` (see LinkTable.request)."""
+    claims: dict[str, dict[int, str]] = {}
+    for msg in messages:
+        number = iphy_number(msg["src_iphy"]) if msg["type"] == p.LINK_REQ else None
+        if number is not None:
+            claims.setdefault(msg["src_node"], {})[number] = msg["dst_node"]
+    return claims
+
+
 class CommunicationAssistant:
     """Handles agent messages and scenario steps; see the module docstring."""
 
@@ -143,6 +153,8 @@ class CommunicationAssistant:
         self.progress = StepProgress()
         self.hello_seen: set[str] = set()
         self._visible_since: dict[frozenset[str], float] = {}
+        self._claims: dict[str, dict[int, str]] = {}
+        """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
 
     # --- server callbacks ----------------------------------------------------------
 
@@ -155,11 +167,13 @@ class CommunicationAssistant:
 
     def on_messages(self, batch: list[tuple[int, dict]]) -> None:
         accepted: list[tuple[int, dict, LinkEnds]] = []
+        self._claims = _claims(msg for _, msg in batch)
         for conn, msg in batch:
             kind = msg["type"]
             if kind == p.HELLO:
                 self._hello(conn, msg)
             elif kind == p.LINK_REQ:
+                self._claims.get(msg["src_node"], {}).pop(iphy_number(msg["src_iphy"]), None)
                 decided = self._decide(conn, msg)
                 if decided is not None:
                     accepted.append(decided)
@@ -221,7 +235,8 @@ class CommunicationAssistant:
                     **{key: msg[field] for key, field in (("agent_step", "step"),
                                                          ("sent_wall", "sent"))
                        if field in msg})
-        answer = (self.table.request(src, dst, number) if number is not None else None)
+        answer = (self.table.request(src, dst, number, self._claims.get(dst))
+                  if number is not None else None)
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
             self.progress.links_failed += 1
