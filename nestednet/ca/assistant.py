@@ -3,7 +3,10 @@
 Runs on the control server's thread only, so requests reach Algorithm 1 (the link
 table) strictly one after another. Requests that arrive together are decided first
 and their flows installed as one batch before any LINK_OK goes out: an agent is told
-"linked" only once packets can actually cross.
+"linked" only once packets can actually cross. A batch's refusals go out after its
+LINK_OK/LINK_UPs, and a new step reaches each agent as one STEP message (visibility
+and the links left), so an agent always plans its next requests on the CA's current
+state rather than a half-told one.
 """
 
 from __future__ import annotations
@@ -154,6 +157,10 @@ class CommunicationAssistant:
         self.hello_seen: set[str] = set()
         self._visible_since: dict[frozenset[str], float] = {}
         self._claims: dict[str, dict[int, str]] = {}
+        self._refusals: list[tuple[int, bytes]] = []
+        """LINK_FAILs of the current batch: sent after its LINK_OK/LINK_UPs, so an agent
+        learns of an incoming link before it hears that a request of its own failed,
+        and never offers the iPHY that link just took."""
         """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
 
     # --- server callbacks ----------------------------------------------------------
@@ -181,6 +188,9 @@ class CommunicationAssistant:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
         if accepted:
             self._establish(accepted)
+        refusals, self._refusals = self._refusals, []
+        for conn, data in refusals:
+            self.server.send(conn, data)
 
     # --- messages --------------------------------------------------------------------
 
@@ -240,8 +250,9 @@ class CommunicationAssistant:
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
             self.progress.links_failed += 1
-            self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
-                        src_iphy=src_iphy, reason=reason)
+            self._refusals.append((conn, p.encode(
+                p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
+                src_iphy=src_iphy, reason=reason)))
             self._event("link_fail", nodes=[src, dst], iphys=[-1 if number is None else number],
                         reason=reason)
             return None

@@ -115,9 +115,10 @@ class CaSession:
         self.table = LinkTable(scenario.iphy_inventory())
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
+        self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
+        self.installer.open()
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
                                                *self.address))
-        self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
         self.ca = CommunicationAssistant(
             self.server, self.table, self.installer,
             node_ids={n.name: n.node_id for n in scenario.nodes},

@@ -64,6 +64,7 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
              for j in range(1, iphys + 1)}
     installer = MainBridgeInstaller(BRIDGE, lambda node, iphy: ports[(node, iphy)],
                                     lambda a, b: (0xCA << 48) | (min(a, b) << 24) | max(a, b))
+    installer.open()
     ca = CommunicationAssistant(server, table, installer,
                                 node_ids={n: i for i, n in enumerate(names, 1)},
                                 control_ips=dict.fromkeys(names, "127.0.0.1"),
