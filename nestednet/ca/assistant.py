@@ -175,22 +175,48 @@ class CommunicationAssistant:
     def on_messages(self, batch: list[tuple[int, dict]]) -> None:
         accepted: list[tuple[int, dict, LinkEnds]] = []
         self._claims = _claims(msg for _, msg in batch)
+        waiting: list[tuple[int, dict]] = []
         for conn, msg in batch:
             kind = msg["type"]
             if kind == p.HELLO:
                 self._hello(conn, msg)
             elif kind == p.LINK_REQ:
-                self._claims.get(msg["src_node"], {}).pop(iphy_number(msg["src_iphy"]), None)
-                decided = self._decide(conn, msg)
-                if decided is not None:
-                    accepted.append(decided)
+                if self._takes_a_claimed_iphy(msg):
+                    waiting.append((conn, msg))
+                else:
+                    self._take(conn, msg, accepted)
             else:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
+        for conn, msg in waiting:
+            self._take(conn, msg, accepted)
         if accepted:
             self._establish(accepted)
         refusals, self._refusals = self._refusals, []
         for conn, data in refusals:
             self.server.send(conn, data)
+
+    def _take(self, conn: int, msg: dict, accepted: list[tuple[int, dict, LinkEnds]]) -> None:
+        number = iphy_number(msg["src_iphy"])
+        if number is not None:
+            self._claims.get(msg["src_node"], {}).pop(number, None)
+        decided = self._decide(conn, msg)
+        if decided is not None:
+            accepted.append(decided)
+
+    def _takes_a_claimed_iphy(self, msg: dict) -> bool:
+        """Would this request's link take an iPHY its destination asks from in this batch?
+
+        Such a request is decided after the rest of the batch (Algorithm 1 as ever, on
+        the state then): requests that arrive together have no order of their own, and
+        deciding the destination's own request first spares it a src_iphy_busy for an
+        iPHY it had named before it could know of this one.
+        """
+        claims = self._claims.get(msg["dst_node"])
+        if not claims:
+            return False
+        free = self.table.free_iphys(msg["dst_node"])
+        return bool(free) and all(claims.get(i, msg["src_node"]) != msg["src_node"]
+                                  for i in free)
 
     # --- messages --------------------------------------------------------------------
 
