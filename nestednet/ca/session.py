@@ -32,6 +32,7 @@ from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
+from nestednet.model.events import negotiation_summary
 from nestednet.model.link_table import LinkTable
 from nestednet.model.scenario import Scenario
 
@@ -65,6 +66,21 @@ class RunSummary:
     links_down: int = 0
     events: str = ""
     removed_lab: bool = False
+    negotiation: dict = field(default_factory=dict)
+    """events.negotiation_summary of this run: requests, refusals by reason, latency."""
+
+
+def describe_negotiation(negotiation: dict) -> str:
+    """One line for a person: refusals by reason and link_up latency percentiles."""
+    if not negotiation.get("requests"):
+        return "link requests: none"
+    reasons = ", ".join(f"{reason} {count}" for reason, count
+                        in negotiation["refusals"].items()) or "none"
+    latency = negotiation["link_up_latency_ms"]
+    figures = ", ".join(f"{q} {latency[q]:.0f} ms" for q in ("p50", "p90", "p99")
+                        if latency[q] is not None) or "no links made"
+    return (f"link requests {negotiation['requests']}, refused {negotiation['refused']}: "
+            f"{reasons}; request -> flows in: {figures}")
 
 
 @dataclass
@@ -271,6 +287,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.links_up = counts["link_up"]
         summary.links_failed = counts["link_fail"]
         summary.links_down = counts["link_down"]
+        summary.negotiation = negotiation_summary(ca_session.events.records)
     finally:
         if options.remove_lab:
             from nestednet.lab.teardown import delete_lab

@@ -111,6 +111,7 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
             f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
             f"{summary.links_failed}, taken down {summary.links_down}, requests "
             f"{summary.requests}; events in {summary.events}")
+        out_console.print(session.describe_negotiation(summary.negotiation))
         if summary.removed_lab:
             out_console.print(f"lab {summary.lab} deleted (--rm)")
         elif summary.created_lab:

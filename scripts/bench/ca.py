@@ -130,8 +130,8 @@ def summarise_repeats(runs: list[dict]) -> dict:
                        "refusals": {k: med([n["refusals"].get(k, 0) for n in neg])
                                     for k in reasons},
                        "stale_requests": med([n["stale_requests"] for n in neg]),
-                       "link_up_latency_ms": {q: med([n["link_up_latency_ms"][q] for n in neg])
-                                              for q in ("p50", "p90", "p99")},
+                       **{key: {q: med([n[key][q] for n in neg]) for q in ("p50", "p90", "p99")}
+                          for key in ("link_up_latency_ms", "link_up_latency_at_ca_ms")},
                        "settle_median_ms": med([r["median_ms"] for r in runs]),
                        "settle_p90_ms": med([r["p90_ms"] for r in runs])},
             "all_settled": all(r["all_settled"] for r in runs),
