@@ -71,6 +71,7 @@ class AgentState:
     visible: list[str] = field(default_factory=list)
     step: int = -1
     refused: set[str] = field(default_factory=set)
+    """Peers not to ask this step: they refused us, or the CA said they are full."""
     iphys_refused: set[str] = field(default_factory=set)
     """Own iPHYs the CA refused this step (busy or unknown to it): not offered again."""
     pending: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -141,8 +142,10 @@ class Agent:
             st.step, st.visible = message["step"], sorted(message["peers"])
             st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                         for link in message["links"]}
-            st.refused.clear()
+            st.refused = set(message.get("full", []))
             st.iphys_refused.clear()
+        elif kind == p.FULL:
+            st.refused.update(message["peers"])
         elif kind == p.LINK_OK:
             st.pending.pop(message["req_id"], None)
             st.links[message["dst_node"]] = (message["src_iphy"], message["dst_iphy"])

@@ -10,7 +10,9 @@ Agent -> CA
 CA -> agent
     ID         {node, node_id, control_ip, links: [{peer, local_iphy, peer_iphy}],
                 iphys: [name, ...]}  (the iPHYs the scenario gives this node; optional)
-    STEP       {step, time, peers: [node, ...], links: [{peer, local_iphy, peer_iphy}]}
+    STEP       {step, time, peers: [node, ...], links: [{peer, local_iphy, peer_iphy}],
+                full?: [node, ...]}  (visible, unlinked peers with no free iPHY left)
+    FULL       {peers: [node, ...]}  (visible peers that have just used their last iPHY)
     LINK_OK    {req_id, src_node, dst_node, src_iphy, dst_iphy}
     LINK_FAIL  {req_id, src_node, dst_node, src_iphy, reason}
     LINK_UP    {peer, local_iphy, peer_iphy}   (to the destination of an accepted request)
@@ -22,7 +24,9 @@ agent that replaces its view with it acts on the CA's state at that step and nev
 on a half-updated one (visibility old, a link already gone), which is what made
 agents ask again for links the CA had just removed. Messages on one connection
 arrive in the order the CA's single thread sent them, so every LINK_OK/LINK_UP
-after a STEP is news on top of it.
+after a STEP is news on top of it. Within a step iPHYs are only taken, never
+freed, so a peer reported full (in STEP or FULL) stays so until the next STEP and
+the agent does not ask it: the CA would refuse it with no_free_iphy.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ STEP = "STEP"
 LINK_OK = "LINK_OK"
 LINK_FAIL = "LINK_FAIL"
 LINK_UP = "LINK_UP"
+FULL = "FULL"
 ERROR = "ERROR"
 
 MAX_LINE = 64 * 1024
@@ -44,6 +49,7 @@ MAX_LINE = 64 * 1024
 # Fields a message type may carry, with their JSON types (checked when present).
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     LINK_REQ: {"step": int, "sent": (int, float)},
+    STEP: {"full": list},
 }
 
 # Fields each message type must carry, with their JSON types.
@@ -56,6 +62,7 @@ _REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
               "dst_iphy": str},
     LINK_FAIL: {"req_id": int, "dst_node": str, "reason": str},
     LINK_UP: {"peer": str, "local_iphy": str, "peer_iphy": str},
+    FULL: {"peers": list},
     ERROR: {"error": str},
 }
 
@@ -101,8 +108,9 @@ def validate(message: object) -> None:
         for i, iphy in enumerate(message["iphys"]):
             if not isinstance(iphy, dict) or not isinstance(iphy.get("name"), str):
                 raise ProtocolError(f"HELLO: iphys[{i}] needs a name")
-    if kind == STEP and not all(isinstance(p, str) for p in message["peers"]):
-        raise ProtocolError("STEP: peers must be node names")
+    for field in ("peers", "full"):
+        if kind in (STEP, FULL) and not all(isinstance(p, str) for p in message.get(field, [])):
+            raise ProtocolError(f"{kind}: {field} must be node names")
     if kind in (ID, STEP):
         for i, link in enumerate(message["links"]):
             if not isinstance(link, dict) or not all(

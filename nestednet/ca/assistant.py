@@ -256,8 +256,23 @@ class CommunicationAssistant:
 
     def _send_step(self, node: str) -> None:
         """The current step as ``node`` must see it: visible peers and links, in one message."""
+        peers = self.visible.get(node, [])
         self._to_node(node, p.STEP, step=self.progress.step, time=self.progress.scenario_time,
-                      peers=self.visible.get(node, []), links=self._links_of(node))
+                      peers=peers, links=self._links_of(node),
+                      full=[peer for peer in peers if not self.table.free_iphys(peer)
+                            and self.table.link_between(node, peer) is None])
+
+    def _announce_full(self, nodes: Iterable[str]) -> None:
+        """Tell the unlinked visible peers of each node that has just run out of iPHYs."""
+        news: dict[str, list[str]] = {}
+        for node in sorted(set(nodes)):
+            if self.table.free_iphys(node):
+                continue
+            for peer in self.visible.get(node, []):
+                if self.table.link_between(node, peer) is None:
+                    news.setdefault(peer, []).append(node)
+        for peer, full in news.items():
+            self._to_node(peer, p.FULL, peers=full)
 
     def _decide(self, conn: int, msg: dict) -> tuple[int, dict, LinkEnds] | None:
         src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
@@ -308,6 +323,7 @@ class CommunicationAssistant:
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
             self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
                         latency_ms=round((now - since) * 1000, 3))
+        self._announce_full(node for link in ends for node in (link.a, link.b))
 
     # --- scenario steps (posted to the server thread by the player) --------------------
 

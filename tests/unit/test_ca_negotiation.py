@@ -304,7 +304,7 @@ def test_step_is_one_message_with_visibility_and_the_links_left():
     # a: one STEP, no LINK_DOWN; its links are the ones left after a-b went down
     assert wire.sent[1] == [{"type": p.STEP, "step": 1, "time": 5.0, "peers": ["c"],
                              "links": [{"peer": "c", "local_iphy": "iphy1",
-                                        "peer_iphy": "iphy1"}]}]
+                                        "peer_iphy": "iphy1"}], "full": []}]
     assert wire.sent[2][0]["links"] == [] and wire.sent[2][0]["peers"] == []
     assert {frozenset((e.a, e.b)) for e in installer.installed} == {frozenset("ac")}
 
@@ -330,7 +330,8 @@ def test_an_incoming_request_waits_for_the_destinations_own_requests_in_the_batc
     wire.sent.clear()
     ca.on_messages([_req(2, "b", "a", 2), _req(1, "a", "c", 1)])
     assert [(lk.src, lk.dst) for lk in ca.table.links()] == [("a", "c")]
-    assert wire.sent[2] == [{"type": p.LINK_FAIL, "req_id": 1, "src_node": "b",
+    assert wire.sent[2] == [{"type": p.FULL, "peers": ["a"]},
+                            {"type": p.LINK_FAIL, "req_id": 1, "src_node": "b",
                              "dst_node": "a", "src_iphy": "iphy2", "reason": "no_free_iphy"}]
     assert ca.events.counts["link_fail"] == 1
 
@@ -341,6 +342,26 @@ def test_incoming_request_is_decided_at_once_when_the_destination_has_an_unnamed
     ca.on_messages([_req(2, "b", "a", 2), _req(1, "a", "c", 1)])
     links = {(lk.src, lk.src_iphy, lk.dst, lk.dst_iphy) for lk in ca.table.links()}
     assert links == {("b", 2, "a", 2), ("a", 1, "c", 1)}
+
+
+def test_full_nodes_are_named_in_step_and_announced_when_they_fill_up():
+    ca, wire, _ = _ca({"a": [1], "b": [1, 2], "c": [1, 2], "d": [1]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d")])
+    wire.sent.clear()
+    ca.on_messages([_req(2, "b", "a", 2)])
+    # a used its only iPHY: its unlinked visible peers c and d hear so; b (linked) does not
+    assert wire.kinds(3) == [p.FULL] and wire.sent[3][0]["peers"] == ["a"]
+    assert wire.kinds(4) == [p.FULL]
+    assert wire.kinds(2) == [p.LINK_OK]
+    ca.on_messages([_req(2, "b", "c", 1, req_id=2)])  # b has no iPHY left either
+    assert wire.kinds(3)[-1] == p.LINK_UP  # c is linked to b: no news for it
+    assert wire.sent[4][-1] == {"type": p.FULL, "peers": ["b"]}
+    # the next step names full visible peers in STEP itself
+    ca.apply_step(1, 1.0, [("a", "b"), ("b", "c"), ("c", "d"), ("b", "d")])
+    step = {conn: msgs[-1] for conn, msgs in wire.sent.items()}
+    assert step[4]["type"] == p.STEP and step[4]["full"] == ["b"]
+    # c and a are linked to b, so b's being full is no news to them
+    assert step[3]["full"] == [] and step[1]["full"] == [] and step[2]["full"] == []
 
 
 def test_hello_during_a_step_gets_id_then_step_with_its_links():
@@ -369,7 +390,8 @@ def test_protocol_validates_step_and_the_optional_request_fields():
                     links=[{"peer": "b", "local_iphy": "iphy1", "peer_iphy": "iphy2"}])
     assert p.decode(good.strip())["links"][0]["peer"] == "b"
     for bad in ({"peers": [1], "links": []}, {"peers": [], "links": [{"peer": "b"}]},
-                {"peers": []}):
+                {"peers": []}, {"peers": [], "links": [], "full": [3]},
+                {"peers": [], "links": [], "full": "b"}):
         with pytest.raises(p.ProtocolError):
             p.encode(p.STEP, step=1, time=0, **bad)
     p.encode(p.LINK_REQ, req_id=1, src_node="a", dst_node="b", src_iphy="iphy1", step=2,
@@ -378,6 +400,9 @@ def test_protocol_validates_step_and_the_optional_request_fields():
         with pytest.raises(p.ProtocolError):
             p.encode(p.LINK_REQ, req_id=1, src_node="a", dst_node="b", src_iphy="iphy1",
                      **bad)
+    assert p.decode(b'{"type": "FULL", "peers": ["b"]}')["peers"] == ["b"]
+    with pytest.raises(p.ProtocolError):
+        p.decode(b'{"type": "FULL", "peers": [1]}')
     for gone in ("VISIBILITY", "LINK_DOWN"):
         with pytest.raises(p.ProtocolError, match="unknown message type"):
             p.decode(b'{"type": "%s", "peer": "b", "local_iphy": "iphy1"}' % gone.encode())
@@ -412,6 +437,19 @@ def test_agent_takes_step_whole_and_asks_from_the_top_keeping_one_spare():
     # the next STEP drops links the CA no longer has, with no LINK_DOWN
     agent.handle({"type": p.STEP, "step": 6, "time": 2.0, "peers": [], "links": []})
     assert agent.state.links == {}
+
+
+def test_agent_does_not_ask_peers_the_ca_reports_full():
+    agent = _agent(iphys=4)
+    out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0,
+                              "peers": ["b", "c", "d"], "links": [], "full": ["b"]}))
+    assert [m["dst_node"] for m in out] == ["c", "d"]
+    agent.state.pending.clear()
+    assert _sent(agent.handle({"type": p.FULL, "peers": ["c", "d"]})) == []
+    # a new STEP forgets this step's full peers
+    out = _sent(agent.handle({"type": p.STEP, "step": 1, "time": 1.0, "peers": ["b"],
+                              "links": []}))
+    assert [m["dst_node"] for m in out] == ["b"]
 
 
 def test_agent_asks_from_its_last_free_iphy_only_when_nothing_is_in_flight():
