@@ -120,6 +120,7 @@ class Agent:
         self._next_req = 1
         self._selector = selectors.DefaultSelector()
         self._stop = False
+        self._pings: dict[str, subprocess.Popen] = {}
 
     # --- decisions -----------------------------------------------------------------
 
@@ -181,15 +182,27 @@ class Agent:
 
     # --- iPHY polling --------------------------------------------------------------
 
-    def poll_iphys(self) -> bool:
-        """Ping every iPHY over the intra-node net; True when the inventory changed."""
-        changed = False
+    def start_poll(self) -> None:
+        """Ping every iPHY over the intra-node net, all at once and without waiting: the
+        agent keeps answering the CA meanwhile (a sequential poll held it up to a
+        second per iPHY that did not answer)."""
+        if self._pings:
+            return
         for name, address in self.config.iphys.items():
-            up = subprocess.run(["ping", "-c", "1", "-W", "1", "-q", address],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                check=False).returncode == 0
+            self._pings[name] = subprocess.Popen(
+                ["ping", "-c", "1", "-W", "1", "-q", address],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def finish_poll(self) -> bool | None:
+        """None while pings are running; else True when the inventory changed."""
+        if not self._pings or any(proc.poll() is None for proc in self._pings.values()):
+            return None
+        changed = False
+        for name, proc in self._pings.items():
+            up = proc.returncode == 0
             changed |= self.state.iphys_up.get(name) != up
             self.state.iphys_up[name] = up
+        self._pings = {}
         return changed
 
     # --- I/O -----------------------------------------------------------------------
@@ -239,12 +252,18 @@ class Agent:
         """Serve until stop(): connect, read, answer, poll; reconnect with back-off."""
         backoff = 0.2
         next_poll = 0.0
+        if self.config.poll_interval > 0:  # the first HELLO reports iPHYs as they are
+            self.start_poll()
+            while self.finish_poll() is None:
+                time.sleep(0.02)
+            next_poll = time.monotonic() + self.config.poll_interval
         while not self._stop:
             now = time.monotonic()
             if self.config.poll_interval > 0 and now >= next_poll:
-                if self.poll_iphys() and self._sock is not None:
-                    self._send([self.hello()])
+                self.start_poll()
                 next_poll = now + self.config.poll_interval
+            if self.finish_poll() and self._sock is not None:
+                self._send([self.hello()])
             if self._sock is None:
                 try:
                     self._connect()
@@ -255,7 +274,7 @@ class Agent:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-            for _key, _ in self._selector.select(timeout=0.5):
+            for _key, _ in self._selector.select(timeout=0.05 if self._pings else 0.5):
                 try:
                     data = self._sock.recv(65536)
                 except OSError:

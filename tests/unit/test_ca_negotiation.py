@@ -514,3 +514,22 @@ def test_negotiation_summary_of_nothing_and_percentiles():
                                                reason="not_visible")]))
     assert text == ("link requests 2, refused 1: not_visible 1; request -> flows in: "
                     "p50 12 ms, p90 12 ms, p99 12 ms")
+
+
+def test_agent_polls_its_iphys_without_blocking():
+    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
+                              iphys={"iphy1": "127.0.0.1", "iphy2": "no-such-host.invalid"}))
+    agent.start_poll()
+    agent.start_poll()  # a poll under way is not started twice
+    assert len(agent._pings) == 2
+    deadline = time.monotonic() + 10
+    while (changed := agent.finish_poll()) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert changed is True
+    assert agent.state.iphys_up == {"iphy1": True, "iphy2": False}
+    assert agent.finish_poll() is None  # nothing under way
+    agent.start_poll()
+    while (changed := agent.finish_poll()) is None:
+        time.sleep(0.01)
+    assert changed is False
