@@ -157,11 +157,11 @@ class CommunicationAssistant:
         self.hello_seen: set[str] = set()
         self._visible_since: dict[frozenset[str], float] = {}
         self._claims: dict[str, dict[int, str]] = {}
+        """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
         self._refusals: list[tuple[int, bytes]] = []
         """LINK_FAILs of the current batch: sent after its LINK_OK/LINK_UPs, so an agent
         learns of an incoming link before it hears that a request of its own failed,
         and never offers the iPHY that link just took."""
-        """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
 
     # --- server callbacks ----------------------------------------------------------
 
