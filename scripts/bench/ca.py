@@ -9,10 +9,14 @@ loopback TCP. Each scenario step's visibility comes from the random-waypoint
 generator; a step counts as settled when every visible pair with a free iPHY on both
 sides is linked.
 
-Prints JSON (median and p90 per agent count, plus the raw per-step values) and,
-with --plot FILE, a PNG. `--lab-nodes 12` adds the containerised case: a real lab
-(Docker-in-Docker nodes, GNAB agents in their children, the lab's main bridge), made
-and deleted by the benchmark, stepped through the same way.
+Prints JSON (median and p90 per agent count, plus the raw per-step values, and the
+run's negotiation summary: requests, refusals by reason, request -> flows latency)
+and, with --plot FILE, a PNG. `--pace S` plays a step every S seconds whether or not
+the last one settled, as `nestednet run` does (S = step / speed), so requests can
+cross step changes; `--repeats N` gives medians over N seeds. `--lab-nodes 12` adds
+the containerised case: a real lab (Docker-in-Docker nodes, GNAB agents in their
+children, the lab's main bridge), made and deleted by the benchmark, stepped through
+the same way.
 """
 
 from __future__ import annotations
