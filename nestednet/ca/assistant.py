@@ -23,7 +23,7 @@ from typing import Protocol, TextIO
 from nestednet.agent import protocol as p
 from nestednet.ca.server import ControlServer
 from nestednet.model.events import Event
-from nestednet.model.link_table import Link, LinkFail, LinkTable
+from nestednet.model.link_table import Link, LinkFail, LinkTable, requests_to_send
 
 log = logging.getLogger("nestednet.ca")
 
@@ -158,6 +158,9 @@ class CommunicationAssistant:
         self._visible_since: dict[frozenset[str], float] = {}
         self._claims: dict[str, dict[int, str]] = {}
         """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
+        self._expected: dict[str, dict[int, str]] = {}
+        """Per node, the requests its STEP will make it send (requests_to_send, as the
+        agent runs it) and that have not arrived yet: iPHY -> peer."""
         self._refusals: list[tuple[int, bytes]] = []
         """LINK_FAILs of the current batch: sent after its LINK_OK/LINK_UPs, so an agent
         learns of an incoming link before it hears that a request of its own failed,
@@ -199,6 +202,10 @@ class CommunicationAssistant:
         number = iphy_number(msg["src_iphy"])
         if number is not None:
             self._claims.get(msg["src_node"], {}).pop(number, None)
+        expected = self._expected.get(msg["src_node"], {})
+        for iphy in [i for i, peer in expected.items()
+                     if i == number or peer == msg["dst_node"]]:
+            del expected[iphy]
         decided = self._decide(conn, msg)
         if decided is not None:
             accepted.append(decided)
@@ -255,12 +262,22 @@ class CommunicationAssistant:
                 for link in self.table.links_of(node)]
 
     def _send_step(self, node: str) -> None:
-        """The current step as ``node`` must see it: visible peers and links, in one message."""
+        """The current step as ``node`` must see it: visible peers and links, in one message.
+
+        Also notes the requests that message will make the agent send: until they
+        arrive, a link asked of ``node`` by one of those peers takes the iPHY ``node``
+        is asking it from (their requests cross; the agent's then meets
+        mutual_already_won), and other links avoid those iPHYs.
+        """
         peers = self.visible.get(node, [])
+        linked = [link.peer_of(node) for link in self.table.links_of(node)]
+        full = [peer for peer in peers
+                if peer not in linked and not self.table.free_iphys(peer)]
         self._to_node(node, p.STEP, step=self.progress.step, time=self.progress.scenario_time,
-                      peers=peers, links=self._links_of(node),
-                      full=[peer for peer in peers if not self.table.free_iphys(peer)
-                            and self.table.link_between(node, peer) is None])
+                      peers=peers, links=self._links_of(node), full=full)
+        self._expected[node] = {
+            iphy: peer for peer, iphy in requests_to_send(self.table.free_iphys(node), peers,
+                                                          linked, full)}
 
     def _announce_full(self, nodes: Iterable[str]) -> None:
         """Tell the unlinked visible peers of each node that has just run out of iPHYs."""
@@ -286,8 +303,8 @@ class CommunicationAssistant:
                     **{key: msg[field] for key, field in (("agent_step", "step"),
                                                          ("sent_wall", "sent"))
                        if field in msg})
-        answer = (self.table.request(src, dst, number, self._claims.get(dst))
-                  if number is not None else None)
+        claims = {**self._expected.get(dst, {}), **self._claims.get(dst, {})}
+        answer = (self.table.request(src, dst, number, claims) if number is not None else None)
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
             self.progress.links_failed += 1

@@ -304,7 +304,7 @@ def test_step_is_one_message_with_visibility_and_the_links_left():
     # a: one STEP, no LINK_DOWN; its links are the ones left after a-b went down
     assert wire.sent[1] == [{"type": p.STEP, "step": 1, "time": 5.0, "peers": ["c"],
                              "links": [{"peer": "c", "local_iphy": "iphy1",
-                                        "peer_iphy": "iphy1"}], "full": []}]
+                                        "peer_iphy": "iphy2"}], "full": []}]
     assert wire.sent[2][0]["links"] == [] and wire.sent[2][0]["peers"] == []
     assert {frozenset((e.a, e.b)) for e in installer.installed} == {frozenset("ac")}
 
@@ -341,7 +341,26 @@ def test_incoming_request_is_decided_at_once_when_the_destination_has_an_unnamed
     ca.apply_step(0, 0.0, [("a", "b"), ("a", "c")])
     ca.on_messages([_req(2, "b", "a", 2), _req(1, "a", "c", 1)])
     links = {(lk.src, lk.src_iphy, lk.dst, lk.dst_iphy) for lk in ca.table.links()}
-    assert links == {("b", 2, "a", 2), ("a", 1, "c", 1)}
+    # c's STEP makes it ask a from iPHY 2 (highest free): a's link to c takes that one
+    assert links == {("b", 2, "a", 2), ("a", 1, "c", 2)}
+
+
+def test_crossing_mutual_requests_take_the_iphys_the_step_made_each_side_ask_from():
+    """a's STEP makes it ask b, c, d from iPHYs 4, 3, 2; b's and c's requests to a arrive
+    first: their links take a's iPHYs 4 and 3, so a's own requests meet
+    mutual_already_won (b, c) and a free iPHY 2 (d) instead of src_iphy_busy."""
+    ca, wire, _ = _ca({"a": [1, 2, 3, 4], "b": [1, 2], "c": [1, 2], "d": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("a", "d")])
+    agent = _agent(iphys=4)
+    planned = _sent(agent.handle(wire.sent[1][-1]))
+    assert [(m["dst_node"], m["src_iphy"]) for m in planned] == [
+        ("b", "iphy4"), ("c", "iphy3"), ("d", "iphy2")]
+    ca.on_messages([_req(2, "b", "a", 2), _req(3, "c", "a", 2)])
+    ca.on_messages([(1, m) for m in planned])
+    links = {(lk.src, lk.src_iphy, lk.dst, lk.dst_iphy) for lk in ca.table.links()}
+    assert links == {("b", 2, "a", 4), ("c", 2, "a", 3), ("a", 2, "d", 2)}
+    assert [e.reason for e in ca.events.records if e.event == "link_fail"] == [
+        "mutual_already_won", "mutual_already_won"]
 
 
 def test_full_nodes_are_named_in_step_and_announced_when_they_fill_up():
@@ -371,7 +390,7 @@ def test_hello_during_a_step_gets_id_then_step_with_its_links():
     ca.on_messages([(7, {"type": p.HELLO, "node": "b", "iphys": []})])
     assert wire.kinds(7) == [p.ID, p.STEP]
     assert wire.sent[7][1]["step"] == 3
-    assert wire.sent[7][1]["links"] == [{"peer": "a", "local_iphy": "iphy1",
+    assert wire.sent[7][1]["links"] == [{"peer": "a", "local_iphy": "iphy2",
                                          "peer_iphy": "iphy2"}]
 
 
