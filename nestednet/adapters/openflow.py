@@ -92,9 +92,9 @@ class Channel:
         import threading
         import types
 
-        from linkemu import os_ken_compat
-
-        os_ken_compat.apply()
+        # Only the message classes, which need no eventlet: importing eventlet (as
+        # linkemu.os_ken_compat does for os-ken's WSGI layer) from a thread leaves that
+        # thread unjoinable, and nestednet never imports linkemu.
         from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 
         self._ofp, self._parser = ofproto_v1_3, ofproto_v1_3_parser

@@ -38,7 +38,8 @@ class MainBridgeInstaller:
 
     def open(self) -> None:
         """Open the OpenFlow session now: the first one loads os-ken (~0.5 s here), which
-        must not land on the first link of a run."""
+        must not land on the first link of a run. Call it on the thread that will use
+        the installer: a thread that imported os-ken cannot be joined afterwards."""
         _ = self.channel
 
     def install(self, links: list[LinkEnds]) -> None:

@@ -132,7 +132,6 @@ class CaSession:
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
         self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
-        self.installer.open()
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
                                                *self.address))
         self.ca = CommunicationAssistant(
@@ -143,6 +142,13 @@ class CaSession:
             events=self.events,
             aliases={topo.node_name(k): name for name, k in self.lab_node.items()})
         self.server.start(self.ca)
+        try:
+            # On the server thread, which uses it: a thread that imports os-ken (as the
+            # first open does) can no longer be joined, and run() joins its worker.
+            self.server.call(self.installer.open, 60)
+        except BaseException:
+            self.server.stop()
+            raise
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
 

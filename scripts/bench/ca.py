@@ -68,13 +68,13 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
              for j in range(1, iphys + 1)}
     installer = MainBridgeInstaller(BRIDGE, lambda node, iphy: ports[(node, iphy)],
                                     lambda a, b: (0xCA << 48) | (min(a, b) << 24) | max(a, b))
-    installer.open()
     ca = CommunicationAssistant(server, table, installer,
                                 node_ids={n: i for i, n in enumerate(names, 1)},
                                 control_ips=dict.fromkeys(names, "127.0.0.1"),
                                 events=EventLog(None),
                                 aliases={f"n{i}": n for i, n in enumerate(names, 1)})
     server.start(ca)
+    server.call(installer.open, 60)  # before the first step, on the thread that uses it
     agents = run_agents(count, iphys, server.address[1])
     player = Player(scenario, server, ca)
     results = []
