@@ -18,7 +18,6 @@ import threading
 import types
 from dataclasses import dataclass
 
-from nestednet.adapters import os_ken_compat
 from nestednet.errors import EnvironmentProblem
 
 PROTOCOL = "OpenFlow13"
@@ -92,7 +91,8 @@ class Channel:
 
     def __init__(self, bridge: str, rundir: str = "/var/run/openvswitch",
                  timeout: float = 10.0) -> None:
-        os_ken_compat.apply()
+        # Lazy: only os-ken's message classes, which need no eventlet (os_ken_compat's
+        # shim imports eventlet, and a thread that imports eventlet cannot be joined).
         from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 
         self._ofp, self._parser = ofproto_v1_3, ofproto_v1_3_parser

@@ -30,6 +30,12 @@ _PEER_REFUSED = {"link_exists", "no_free_iphy", "mutual_already_won", "not_visib
                  "unknown_node", "same_node"}
 
 
+def _iphy_order(name: str) -> tuple[int, str]:
+    """``iphy10`` after ``iphy9``: by number, then by name for anything else."""
+    digits = name.removeprefix("iphy")
+    return (int(digits) if digits.isdigit() else -1, name)
+
+
 @dataclass
 class AgentConfig:
     node: str
@@ -65,6 +71,7 @@ class AgentState:
     visible: list[str] = field(default_factory=list)
     step: int = -1
     refused: set[str] = field(default_factory=set)
+    """Peers not to ask this step: they refused us, or the CA said they are full."""
     iphys_refused: set[str] = field(default_factory=set)
     """Own iPHYs the CA refused this step (busy or unknown to it): not offered again."""
     pending: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -72,9 +79,13 @@ class AgentState:
     connected: bool = False
 
     def free_iphys(self) -> list[str]:
+        """Free iPHYs, highest-numbered first: the CA gives incoming links the lowest free
+        one, so asking from the top keeps our requests off the iPHY an incoming link
+        is about to take (which the CA would refuse as src_iphy_busy)."""
         used = {local for local, _ in self.links.values()} | self.iphys_refused
         used |= {iphy for _, iphy in self.pending.values()}
-        return [name for name, up in sorted(self.iphys_up.items()) if up and name not in used]
+        return sorted((name for name, up in self.iphys_up.items() if up and name not in used),
+                      key=_iphy_order, reverse=True)
 
     def wanted_requests(self) -> list[tuple[str, str]]:
         """(peer, local iPHY) pairs to ask for now: free iPHYs toward untried visible peers."""
@@ -82,7 +93,10 @@ class AgentState:
         peers = [peer for peer in self.visible
                  if peer != self.node and peer not in self.links and peer not in asked
                  and peer not in self.refused]
-        return list(zip(peers, self.free_iphys(), strict=False))
+        free = self.free_iphys()
+        # As link_table.spare_limit: keep one free iPHY for an incoming link while asking.
+        limit = max(len(free) - 1, 0 if self.pending else min(len(free), 1))
+        return list(zip(peers, free[:limit], strict=False))
 
     def as_dict(self) -> dict:
         return {
@@ -106,6 +120,7 @@ class Agent:
         self._next_req = 1
         self._selector = selectors.DefaultSelector()
         self._stop = False
+        self._pings: dict[str, subprocess.Popen] = {}
 
     # --- decisions -----------------------------------------------------------------
 
@@ -123,10 +138,15 @@ class Agent:
             st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                         for link in message["links"]}
             st.pending.clear()
-        elif kind == p.VISIBILITY:
+        elif kind == p.STEP:
+            # The CA's whole view for this step: visibility and links replace ours at once.
             st.step, st.visible = message["step"], sorted(message["peers"])
-            st.refused.clear()
+            st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
+                        for link in message["links"]}
+            st.refused = set(message.get("full", []))
             st.iphys_refused.clear()
+        elif kind == p.FULL:
+            st.refused.update(message["peers"])
         elif kind == p.LINK_OK:
             st.pending.pop(message["req_id"], None)
             st.links[message["dst_node"]] = (message["src_iphy"], message["dst_iphy"])
@@ -139,8 +159,6 @@ class Agent:
                 st.iphys_refused.add(message["src_iphy"])
         elif kind == p.LINK_UP:
             st.links[message["peer"]] = (message["local_iphy"], message["peer_iphy"])
-        elif kind == p.LINK_DOWN:
-            st.links.pop(message["peer"], None)
         elif kind == p.ERROR:
             log.warning("CA reported an error: %s", message["error"])
         return self._requests()
@@ -152,7 +170,8 @@ class Agent:
             self._next_req += 1
             self.state.pending[req_id] = (peer, iphy)
             out.append(p.encode(p.LINK_REQ, req_id=req_id, src_node=self.state.node,
-                                dst_node=peer, src_iphy=iphy))
+                                dst_node=peer, src_iphy=iphy, step=self.state.step,
+                                sent=round(time.time(), 6)))
         return out
 
     def hello(self) -> bytes:
@@ -163,15 +182,27 @@ class Agent:
 
     # --- iPHY polling --------------------------------------------------------------
 
-    def poll_iphys(self) -> bool:
-        """Ping every iPHY over the intra-node net; True when the inventory changed."""
-        changed = False
+    def start_poll(self) -> None:
+        """Ping every iPHY over the intra-node net, all at once and without waiting: the
+        agent keeps answering the CA meanwhile (a sequential poll held it up to a
+        second per iPHY that did not answer)."""
+        if self._pings:
+            return
         for name, address in self.config.iphys.items():
-            up = subprocess.run(["ping", "-c", "1", "-W", "1", "-q", address],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                check=False).returncode == 0
+            self._pings[name] = subprocess.Popen(
+                ["ping", "-c", "1", "-W", "1", "-q", address],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def finish_poll(self) -> bool | None:
+        """None while pings are running; else True when the inventory changed."""
+        if not self._pings or any(proc.poll() is None for proc in self._pings.values()):
+            return None
+        changed = False
+        for name, proc in self._pings.items():
+            up = proc.returncode == 0
             changed |= self.state.iphys_up.get(name) != up
             self.state.iphys_up[name] = up
+        self._pings = {}
         return changed
 
     # --- I/O -----------------------------------------------------------------------
@@ -221,12 +252,18 @@ class Agent:
         """Serve until stop(): connect, read, answer, poll; reconnect with back-off."""
         backoff = 0.2
         next_poll = 0.0
+        if self.config.poll_interval > 0:  # the first HELLO reports iPHYs as they are
+            self.start_poll()
+            while self.finish_poll() is None:
+                time.sleep(0.02)
+            next_poll = time.monotonic() + self.config.poll_interval
         while not self._stop:
             now = time.monotonic()
             if self.config.poll_interval > 0 and now >= next_poll:
-                if self.poll_iphys() and self._sock is not None:
-                    self._send([self.hello()])
+                self.start_poll()
                 next_poll = now + self.config.poll_interval
+            if self.finish_poll() and self._sock is not None:
+                self._send([self.hello()])
             if self._sock is None:
                 try:
                     self._connect()
@@ -237,7 +274,7 @@ class Agent:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-            for _key, _ in self._selector.select(timeout=0.5):
+            for _key, _ in self._selector.select(timeout=0.05 if self._pings else 0.5):
                 try:
                     data = self._sock.recv(65536)
                 except OSError:

@@ -3,7 +3,10 @@
 Runs on the control server's thread only, so requests reach Algorithm 1 (the link
 table) strictly one after another. Requests that arrive together are decided first
 and their flows installed as one batch before any LINK_OK goes out: an agent is told
-"linked" only once packets can actually cross.
+"linked" only once packets can actually cross. A batch's refusals go out after its
+LINK_OK/LINK_UPs, and a new step reaches each agent as one STEP message (visibility
+and the links left), so an agent always plans its next requests on the CA's current
+state rather than a half-told one.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Protocol, TextIO
 from nestednet.agent import protocol as p
 from nestednet.ca.server import ControlServer
 from nestednet.model.events import Event
-from nestednet.model.link_table import InterNodeLinks, Link, LinkFail
+from nestednet.model.link_table import InterNodeLinks, Link, LinkFail, requests_to_send
 
 log = logging.getLogger("nestednet.ca")
 
@@ -123,6 +126,16 @@ class Sessions:
         self.by_conn[conn] = node
 
 
+def _claims(messages: Iterable[dict]) -> dict[str, dict[int, str]]:
+    """node -> {iPHY: peer} for the LINK_REQs among ``messages`` (see InterNodeLinks.request)."""
+    claims: dict[str, dict[int, str]] = {}
+    for msg in messages:
+        number = iphy_number(msg["src_iphy"]) if msg["type"] == p.LINK_REQ else None
+        if number is not None:
+            claims.setdefault(msg["src_node"], {})[number] = msg["dst_node"]
+    return claims
+
+
 class CommunicationAssistant:
     """Handles agent messages and scenario steps; see the module docstring."""
 
@@ -143,6 +156,15 @@ class CommunicationAssistant:
         self.progress = StepProgress()
         self.hello_seen: set[str] = set()
         self._visible_since: dict[frozenset[str], float] = {}
+        self._claims: dict[str, dict[int, str]] = {}
+        """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
+        self._expected: dict[str, dict[int, str]] = {}
+        """Per node, the requests its STEP will make it send (requests_to_send, as the
+        agent runs it) and that have not arrived yet: iPHY -> peer."""
+        self._refusals: list[tuple[int, bytes]] = []
+        """LINK_FAILs of the current batch: sent after its LINK_OK/LINK_UPs, so an agent
+        learns of an incoming link before it hears that a request of its own failed,
+        and never offers the iPHY that link just took."""
 
     # --- server callbacks ----------------------------------------------------------
 
@@ -155,18 +177,53 @@ class CommunicationAssistant:
 
     def on_messages(self, batch: list[tuple[int, dict]]) -> None:
         accepted: list[tuple[int, dict, LinkEnds]] = []
+        self._claims = _claims(msg for _, msg in batch)
+        waiting: list[tuple[int, dict]] = []
         for conn, msg in batch:
             kind = msg["type"]
             if kind == p.HELLO:
                 self._hello(conn, msg)
             elif kind == p.LINK_REQ:
-                decided = self._decide(conn, msg)
-                if decided is not None:
-                    accepted.append(decided)
+                if self._takes_a_claimed_iphy(msg):
+                    waiting.append((conn, msg))
+                else:
+                    self._take(conn, msg, accepted)
             else:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
+        for conn, msg in waiting:
+            self._take(conn, msg, accepted)
         if accepted:
             self._establish(accepted)
+        refusals, self._refusals = self._refusals, []
+        for conn, data in refusals:
+            self.server.send(conn, data)
+
+    def _take(self, conn: int, msg: dict, accepted: list[tuple[int, dict, LinkEnds]]) -> None:
+        number = iphy_number(msg["src_iphy"])
+        if number is not None:
+            self._claims.get(msg["src_node"], {}).pop(number, None)
+        expected = self._expected.get(msg["src_node"], {})
+        for iphy in [i for i, peer in expected.items()
+                     if i == number or peer == msg["dst_node"]]:
+            del expected[iphy]
+        decided = self._decide(conn, msg)
+        if decided is not None:
+            accepted.append(decided)
+
+    def _takes_a_claimed_iphy(self, msg: dict) -> bool:
+        """Would this request's link take an iPHY its destination asks from in this batch?
+
+        Such a request is decided after the rest of the batch (Algorithm 1 as ever, on
+        the state then): requests that arrive together have no order of their own, and
+        deciding the destination's own request first spares it a src_iphy_busy for an
+        iPHY it had named before it could know of this one.
+        """
+        claims = self._claims.get(msg["dst_node"])
+        if not claims:
+            return False
+        free = self.table.free_iphys(msg["dst_node"])
+        return bool(free) and all(claims.get(i, msg["src_node"]) != msg["src_node"]
+                                  for i in free)
 
     # --- messages --------------------------------------------------------------------
 
@@ -191,16 +248,48 @@ class CommunicationAssistant:
         self.sessions.bind(node, conn)
         up = [i["name"] for i in msg["iphys"] if i.get("up", True)]
         self.hello_seen.add(node)
-        links = [{"peer": link.peer_of(node), "local_iphy": iphy_name(link.iphy_of(node)),
-                  "peer_iphy": iphy_name(link.iphy_of(link.peer_of(node)))}
-                 for link in self.table.links_of(node)]
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
-                    control_ip=self.control_ips[node], links=links,
+                    control_ip=self.control_ips[node], links=self._links_of(node),
                     iphys=[iphy_name(i) for i in self.table.iphys_of(node)])
         self._event("hello", nodes=[node], ready_iphys=up, reconnect=bool(msg.get("links")))
         if self.progress.step >= 0:
-            self._reply(conn, p.VISIBILITY, step=self.progress.step,
-                        time=self.progress.scenario_time, peers=self.visible.get(node, []))
+            self._send_step(node)
+
+    def _links_of(self, node: str) -> list[dict[str, str]]:
+        """``node``'s links as the table has them, from its side (ID and STEP carry them)."""
+        return [{"peer": link.peer_of(node), "local_iphy": iphy_name(link.iphy_of(node)),
+                 "peer_iphy": iphy_name(link.iphy_of(link.peer_of(node)))}
+                for link in self.table.links_of(node)]
+
+    def _send_step(self, node: str) -> None:
+        """The current step as ``node`` must see it: visible peers and links, in one message.
+
+        Also notes the requests that message will make the agent send: until they
+        arrive, a link asked of ``node`` by one of those peers takes the iPHY ``node``
+        is asking it from (their requests cross; the agent's then meets
+        mutual_already_won), and other links avoid those iPHYs.
+        """
+        peers = self.visible.get(node, [])
+        linked = [link.peer_of(node) for link in self.table.links_of(node)]
+        full = [peer for peer in peers
+                if peer not in linked and not self.table.free_iphys(peer)]
+        self._to_node(node, p.STEP, step=self.progress.step, time=self.progress.scenario_time,
+                      peers=peers, links=self._links_of(node), full=full)
+        self._expected[node] = {
+            iphy: peer for peer, iphy in requests_to_send(self.table.free_iphys(node), peers,
+                                                          linked, full)}
+
+    def _announce_full(self, nodes: Iterable[str]) -> None:
+        """Tell the unlinked visible peers of each node that has just run out of iPHYs."""
+        news: dict[str, list[str]] = {}
+        for node in sorted(set(nodes)):
+            if self.table.free_iphys(node):
+                continue
+            for peer in self.visible.get(node, []):
+                if self.table.link_between(node, peer) is None:
+                    news.setdefault(peer, []).append(node)
+        for peer, full in news.items():
+            self._to_node(peer, p.FULL, peers=full)
 
     def _decide(self, conn: int, msg: dict) -> tuple[int, dict, LinkEnds] | None:
         src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
@@ -210,13 +299,18 @@ class CommunicationAssistant:
         self.progress.requests += 1
         number = iphy_number(src_iphy)
         # -1 stands for a name that is no iPHY at all (a mistaken or hostile request).
-        self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number])
-        answer = (self.table.request(src, dst, number) if number is not None else None)
+        self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number],
+                    **{key: msg[field] for key, field in (("agent_step", "step"),
+                                                         ("sent_wall", "sent"))
+                       if field in msg})
+        claims = {**self._expected.get(dst, {}), **self._claims.get(dst, {})}
+        answer = (self.table.request(src, dst, number, claims) if number is not None else None)
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
             self.progress.links_failed += 1
-            self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
-                        src_iphy=src_iphy, reason=reason)
+            self._refusals.append((conn, p.encode(
+                p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
+                src_iphy=src_iphy, reason=reason)))
             self._event("link_fail", nodes=[src, dst], iphys=[-1 if number is None else number],
                         reason=reason)
             return None
@@ -246,6 +340,7 @@ class CommunicationAssistant:
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
             self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
                         latency_ms=round((now - since) * 1000, 3))
+        self._announce_full(node for link in ends for node in (link.a, link.b))
 
     # --- scenario steps (posted to the server thread by the player) --------------------
 
@@ -265,8 +360,6 @@ class CommunicationAssistant:
             self.progress.last_change = time.monotonic()
             for link in ends:
                 self.progress.links_down += 1
-                self._to_node(link.a, p.LINK_DOWN, peer=link.b, local_iphy=link.a_iphy)
-                self._to_node(link.b, p.LINK_DOWN, peer=link.a, local_iphy=link.b_iphy)
                 self._event("link_down", nodes=[link.a, link.b], iphys=link.numbers(),
                             latency_ms=round((time.monotonic() - now) * 1000, 3))
         self.visible = {node: [] for node in self.node_ids}
@@ -275,4 +368,5 @@ class CommunicationAssistant:
             self.visible[a].append(b)
             self.visible[b].append(a)
         for node, peers in self.visible.items():
-            self._to_node(node, p.VISIBILITY, step=step, time=scenario_time, peers=sorted(peers))
+            peers.sort()
+            self._send_step(node)

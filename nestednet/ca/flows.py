@@ -36,6 +36,12 @@ class MainBridgeInstaller:
         a, b = self.port_of(link.a, link.a_iphy), self.port_of(link.b, link.b_iphy)
         return self.cookie_of(a, b), a, b
 
+    def open(self) -> None:
+        """Open the OpenFlow session now: the first one loads os-ken (~0.5 s here), which
+        must not land on the first link of a run. Call it on the thread that will use
+        the installer: a thread that imported os-ken cannot be joined afterwards."""
+        _ = self.channel
+
     def install(self, links: list[LinkEnds]) -> None:
         self.channel.change(add=[self._cookie_and_ports(link) for link in links])
 

@@ -33,6 +33,7 @@ from nestednet.lab.record import LabRecord
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
+from nestednet.model.events import negotiation_summary
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario import Scenario
 
@@ -66,6 +67,21 @@ class RunSummary:
     links_down: int = 0
     events: str = ""
     removed_lab: bool = False
+    negotiation: dict = field(default_factory=dict)
+    """events.negotiation_summary of this run: requests, refusals by reason, latency."""
+
+
+def describe_negotiation(negotiation: dict) -> str:
+    """One line for a person: refusals by reason and link_up latency percentiles."""
+    if not negotiation.get("requests"):
+        return "link requests: none"
+    reasons = ", ".join(f"{reason} {count}" for reason, count
+                        in negotiation["refusals"].items()) or "none"
+    latency = negotiation["link_up_latency_ms"]
+    figures = ", ".join(f"{q} {latency[q]:.0f} ms" for q in ("p50", "p90", "p99")
+                        if latency[q] is not None) or "no links made"
+    return (f"link requests {negotiation['requests']}, refused {negotiation['refused']}: "
+            f"{reasons}; request -> flows in: {figures}")
 
 
 @dataclass
@@ -116,9 +132,9 @@ class CaSession:
         self.table = InterNodeLinks(scenario.iphy_inventory())
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
+        self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
                                                *self.address))
-        self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
         self.ca = CommunicationAssistant(
             self.server, self.table, self.installer,
             node_ids={n.name: n.node_id for n in scenario.nodes},
@@ -127,6 +143,13 @@ class CaSession:
             events=self.events,
             aliases={topo.node_name(k): name for name, k in self.lab_node.items()})
         self.server.start(self.ca)
+        try:
+            # On the server thread, which uses it: a thread that imports os-ken (as the
+            # first open does) can no longer be joined, and run() joins its worker.
+            self.server.call(self.installer.open, 60)
+        except BaseException:
+            self.server.stop()
+            raise
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
 
@@ -271,6 +294,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.links_up = counts["link_up"]
         summary.links_failed = counts["link_fail"]
         summary.links_down = counts["link_down"]
+        summary.negotiation = negotiation_summary(ca_session.events.records)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

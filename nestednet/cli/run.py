@@ -202,6 +202,8 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
         f"{summary.links_failed}, taken down {summary.links_down}, requests "
         f"{summary.requests}", highlight=False, soft_wrap=True)
+    out_console.print(session.describe_negotiation(summary.negotiation), highlight=False,
+                      soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:

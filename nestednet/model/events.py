@@ -6,7 +6,9 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
 
 - ``step``: a step took effect. ``nodes``: every node of the lab; ``visible``: the
   visible pairs ``[[a, b], ...]``; ``positions`` (optional): ``{node: [x, y, z]}``.
-- ``link_request``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``.
+- ``link_request``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``; ``sent_wall``
+  (optional): when the agent sent it (Unix seconds, the host's clock); ``agent_step``
+  (optional): the step the agent had been told of when it asked.
 - ``link_up``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]`` (a requested);
   ``latency_ms`` (optional): from the visibility change to the flows installed.
 - ``link_fail``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``, ``reason``.
@@ -178,6 +180,65 @@ def links_before(events: Iterable[Event], t: float | None) -> dict[Pair, LinkSta
         elif e.event == LINK_DOWN:
             up.pop(pair(e.nodes[0], e.nodes[1]), None)
     return up
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile ``q`` (0-100] of ``values``; None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
+    """A run's link negotiation in figures: requests, refusals by reason, link_up latency.
+
+    ``link_up_latency_ms`` is request -> flows in: from a link_request (its
+    ``sent_wall`` when the agent stamped it, else when the CA logged it) to the
+    link_up that the same request made (the next link_up of that ordered pair);
+    ``at_ca_ms`` is the same from when the CA logged the request, i.e. without the
+    time it spent on its way to the CA. ``stale_requests`` counts requests made on
+    a step older than the CA's, i.e. that crossed a new step on the way.
+    """
+    requests = 0
+    stale = 0
+    refusals: dict[str, int] = {}
+    asked: dict[tuple[str, str], tuple[float, float]] = {}
+    latencies: dict[str, list[float]] = {"link_up_latency_ms": [], "at_ca_ms": []}
+    for e in events:
+        ends = tuple(e.nodes[:2])
+        if e.event == LINK_REQUEST:
+            requests += 1
+            agent_step = e.extra.get("agent_step")
+            if isinstance(agent_step, int) and e.step is not None and agent_step < e.step:
+                stale += 1
+            sent = e.extra.get("sent_wall", e.wall_time)
+            if _finite(sent) and e.wall_time is not None:
+                asked[ends] = (float(sent), e.wall_time)
+        elif e.event == LINK_FAIL:
+            reason = (e.reason or "unknown").split(":", 1)[0]
+            refusals[reason] = refusals.get(reason, 0) + 1
+            asked.pop(ends, None)
+        elif e.event == LINK_UP and e.wall_time is not None and ends in asked:
+            sent, logged = asked.pop(ends)
+            latencies["link_up_latency_ms"].append(max(0.0, (e.wall_time - sent) * 1000))
+            latencies["at_ca_ms"].append(max(0.0, (e.wall_time - logged) * 1000))
+
+    def figures(values: list[float]) -> dict[str, Any]:
+        out: dict[str, Any] = {"count": len(values)}
+        for q in (50, 90, 99):
+            value = percentile(values, q)
+            out[f"p{q}"] = None if value is None else round(value, 3)
+        return out
+
+    refused = sum(refusals.values())
+    return {"requests": requests, "refused": refused,
+            "refused_share": round(refused / requests, 4) if requests else 0.0,
+            "refusals": dict(sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "stale_requests": stale,
+            "link_up_latency_ms": figures(latencies["link_up_latency_ms"]),
+            "link_up_latency_at_ca_ms": figures(latencies["at_ca_ms"])}
 
 
 def _finite(value: Any) -> bool:

@@ -142,8 +142,18 @@ class InterNodeLinks:
 
     # -- Algorithm 1 ---------------------------------------------------------
 
-    def request(self, src: str, dst: str, src_iphy: int) -> Answer:
-        """Handle LINK_REQ(src, dst, src_iphy): LINK_OK (link recorded) or LINK_FAIL."""
+    def request(self, src: str, dst: str, src_iphy: int,
+                dst_claims: Mapping[int, str] | None = None) -> Answer:
+        """Handle LINK_REQ(src, dst, src_iphy): LINK_OK (link recorded) or LINK_FAIL.
+
+        Algorithm 1 takes "a suitable free iPHY" of dst. ``dst_claims`` (dst's own
+        requests the caller holds but has not decided yet: iPHY -> the peer asked)
+        picks which: the iPHY dst is asking src from, else dst's lowest free iPHY that
+        no such request names, else its lowest free one. Whether the link is made
+        never depends on it, only which of dst's free iPHYs it takes, so dst's own
+        requests are not refused as src_iphy_busy for an iPHY it had other free ones
+        beside.
+        """
         with self.lock:
             def fail(reason: FailReason, detail: str) -> LinkFail:
                 return LinkFail(src, dst, src_iphy, reason, detail)
@@ -174,7 +184,8 @@ class InterNodeLinks:
             free = self.free_iphys(dst)
             if not free:
                 return fail(FailReason.NO_FREE_IPHY, f"{dst} has no free iPHY")
-            link = Link(src=src, src_iphy=src_iphy, dst=dst, dst_iphy=free[0])
+            link = Link(src=src, src_iphy=src_iphy, dst=dst,
+                        dst_iphy=_suitable(free, dst_claims or {}, src))
             self._add(link)
             return LinkOk(link)
 
@@ -255,19 +266,36 @@ class InterNodeLinks:
         del self._busy[(link.dst, link.dst_iphy)]
 
 
+def _suitable(free: list[int], claims: Mapping[int, str], src: str) -> int:
+    mutual = [i for i in free if claims.get(i) == src]
+    unclaimed = [i for i in free if i not in claims]
+    return (mutual or unclaimed or free)[0]
+
+
 def requests_to_send(free_iphys: Iterable[int], visible_peers: Iterable[str],
                      linked_peers: Iterable[str], failed_peers: Iterable[str] = (),
                      pending_peers: Iterable[str] = ()) -> list[tuple[str, int]]:
     """Which LINK_REQs a GNAB sends now: (peer, own iPHY) pairs.
 
-    Free iPHYs (lowest first) are matched with visible peers it has no link to, has
-    not already asked (pending) and that refused it this step (failed), in name
-    order. ``failed_peers`` should hold peers refused for a reason about the peer
-    (no_free_iphy, not_visible, link_exists, mutual_already_won); after
+    Free iPHYs (highest first: the CA gives an incoming link the destination's lowest
+    free iPHY, so requests from the top rarely meet it) are matched with visible
+    peers it has no link to, has not already asked (pending) and that refused it this
+    step (failed), in name order. ``failed_peers`` should hold peers refused for a
+    reason about the peer (no_free_iphy, not_visible, link_exists, mutual_already_won); after
     src_iphy_busy (an incoming link took that iPHY meanwhile) the peer may be asked
-    again with another free iPHY. The agent re-implements this with the standard
-    library only, so it stays this simple.
+    again with another free iPHY. At most ``spare_limit`` requests go out at once.
+    The agent re-implements this with the standard library only, so it stays this
+    simple.
     """
-    skip = set(linked_peers) | set(failed_peers) | set(pending_peers)
+    pending = set(pending_peers)
+    skip = set(linked_peers) | set(failed_peers) | pending
     peers = sorted(p for p in set(visible_peers) if p not in skip)
-    return list(zip(peers, sorted(free_iphys), strict=False))
+    free = sorted(free_iphys, reverse=True)
+    return list(zip(peers, free[:spare_limit(len(free), bool(pending))], strict=False))
+
+
+def spare_limit(free: int, asking: bool) -> int:
+    """How many of ``free`` iPHYs a GNAB may ask from now: all but one, so an incoming
+    link (which takes the lowest free iPHY) finds one no request of ours is using;
+    the last one only when nothing is in flight (``asking`` false)."""
+    return max(free - 1, 0 if asking else min(free, 1))

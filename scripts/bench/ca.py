@@ -9,10 +9,14 @@ loopback TCP. Each scenario step's visibility comes from the random-waypoint
 generator; a step counts as settled when every visible pair with a free iPHY on both
 sides is linked.
 
-Prints JSON (median and p90 per agent count, plus the raw per-step values) and,
-with --plot FILE, a PNG. `--lab-nodes 12` adds the containerised case: a real lab
-(Docker-in-Docker nodes, GNAB agents in their children, the lab's main bridge), made
-and deleted by the benchmark, stepped through the same way.
+Prints JSON (median and p90 per agent count, plus the raw per-step values, and the
+run's negotiation summary: requests, refusals by reason, request -> flows latency)
+and, with --plot FILE, a PNG. `--pace S` plays a step every S seconds whether or not
+the last one settled, as `nestednet run` does (S = step / speed), so requests can
+cross step changes; `--repeats N` gives medians over N seeds. `--lab-nodes 12` adds
+the containerised case: a real lab (Docker-in-Docker nodes, GNAB agents in their
+children, the lab's main bridge), made and deleted by the benchmark, stepped through
+the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.player import Player
 from nestednet.ca.server import ControlServer, listen
 from nestednet.capabilities.nodes import ovs_datapath
+from nestednet.model.events import negotiation_summary
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.visibility import generate
 
@@ -50,8 +55,11 @@ def run_agents(count: int, iphys: int, port: int) -> list[subprocess.Popen]:
     return procs
 
 
-def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float) -> dict:
-    scenario = generate(nodes=count, duration=steps, step=1, range_=250.0,
+def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float,
+            range_: float = 250.0, pace: float = 0.0) -> dict:
+    """One run; ``pace`` > 0 plays a step every ``pace`` seconds whether or not the last
+    one settled (as `nestednet run --speed 1/pace` does), else waits for each to settle."""
+    scenario = generate(nodes=count, duration=steps, step=1, range_=range_,
                         model="random-waypoint", seed=seed, iphys=iphys)
     names = list(scenario.node_names)
     table = InterNodeLinks(scenario.iphy_inventory())
@@ -66,6 +74,7 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
                                 events=EventLog(None),
                                 aliases={f"n{i}": n for i, n in enumerate(names, 1)})
     server.start(ca)
+    server.call(installer.open, 60)  # before the first step, on the thread that uses it
     agents = run_agents(count, iphys, server.address[1])
     player = Player(scenario, server, ca)
     results = []
@@ -79,9 +88,11 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
             player.apply_now(index)
             start = time.monotonic()
             while not (settled := server.call(lambda: not table.unlinked_feasible_pairs())):
-                if time.monotonic() - start > settle_timeout:
+                if time.monotonic() - start > (pace or settle_timeout):
                     break
                 time.sleep(0.002)
+            if pace:
+                time.sleep(max(0.0, start + pace - time.monotonic()))
             progress = server.call(lambda: ca.progress)
             results.append({"step": index, "settled": settled,
                             "ms": round((progress.last_change - progress.started) * 1000, 2),
@@ -96,12 +107,41 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
             proc.wait(timeout=10)
         server.stop()
     changed = [r["ms"] for r in results[1:] if r["links_up"] or r["links_down"]]
-    return {"agents": count, "iphys": iphys, "steps": results,
+    return {"agents": count, "iphys": iphys, "range": range_, "pace_s": pace,
+            "negotiation": negotiation_summary(ca.events.records), "steps": results,
             "median_ms": round(statistics.median(changed), 2) if changed else None,
             "p90_ms": round(statistics.quantiles(changed, n=10)[-1], 2)
             if len(changed) >= 2 else None,
             "all_settled": all(r["settled"] for r in results),
             "violations": sum(r["violations"] for r in results)}
+
+
+def summarise_repeats(runs: list[dict]) -> dict:
+    """Medians over repeats of the negotiation figures; the repeats themselves are kept."""
+    if len(runs) == 1:
+        return runs[0]
+    neg = [r["negotiation"] for r in runs]
+    reasons = sorted({k for n in neg for k in n["refusals"]})
+
+    def med(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    return {"agents": runs[0]["agents"], "iphys": runs[0]["iphys"], "range": runs[0]["range"],
+            "pace_s": runs[0]["pace_s"], "repeats": len(runs),
+            "median": {"requests": med([n["requests"] for n in neg]),
+                       "refused": med([n["refused"] for n in neg]),
+                       "refusals": {k: med([n["refusals"].get(k, 0) for n in neg])
+                                    for k in reasons},
+                       "stale_requests": med([n["stale_requests"] for n in neg]),
+                       **{key: {q: med([n[key][q] for n in neg]) for q in ("p50", "p90", "p99")}
+                          for key in ("link_up_latency_ms", "link_up_latency_at_ca_ms")},
+                       "settle_median_ms": med([r["median_ms"] for r in runs]),
+                       "settle_p90_ms": med([r["p90_ms"] for r in runs])},
+            "all_settled": all(r["all_settled"] for r in runs),
+            "violations": sum(r["violations"] for r in runs),
+            "steps": runs[0]["steps"],
+            "runs": [{k: v for k, v in r.items() if k != "steps"} for r in runs]}
 
 
 def measure_lab(nodes: int, iphys: int, steps: int, seed: int, settle_timeout: float) -> dict:
@@ -156,6 +196,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--settle-timeout", type=float, default=10.0)
+    parser.add_argument("--range", type=float, default=250.0, dest="range_",
+                        help="radio range of the generated scenario (m)")
+    parser.add_argument("--pace", type=float, default=0.0,
+                        help="seconds between steps (0: wait for each step to settle)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per agent count; the report gives medians over them")
     parser.add_argument("--lab-nodes", type=int, default=0,
                         help="also measure a real containerised lab of this many nodes")
     parser.add_argument("--plot", type=Path, help="write a PNG of per-step times here")
@@ -167,7 +213,9 @@ def main() -> None:
         ovs.add_bridge(BRIDGE, datapath_type=ovs_datapath(),
                        external_ids={"org.nestednet.bench": "ca"})
     try:
-        runs = [measure(n, args.iphys, args.steps, args.seed, args.settle_timeout)
+        runs = [summarise_repeats([measure(n, args.iphys, args.steps, args.seed + r,
+                                           args.settle_timeout, args.range_, args.pace)
+                                   for r in range(args.repeats)])
                 for n in args.agents]
     finally:
         with Ovsdb() as ovs:

@@ -17,7 +17,8 @@ from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.server import ControlServer, listen
-from nestednet.model.events import read_events
+from nestednet.ca.session import describe_negotiation
+from nestednet.model.events import Event, negotiation_summary, percentile, read_events
 from nestednet.model.link_table import InterNodeLinks
 
 pytestmark = pytest.mark.unit
@@ -118,6 +119,9 @@ def test_steps_settle_with_invariants(lab):
     assert sum(e.event == "step" for e in recorded) == len(steps)
     ups = [e for e in recorded if e.event == "link_up"]
     assert all(len(e.iphys) == 2 and min(e.iphys) >= 1 for e in ups)
+    # links lost at a step are never asked for again: the agents learn of the loss and
+    # of the new visibility in one STEP message
+    assert [e for e in recorded if e.reason == "not_visible"] == []
 
 
 def _agent_views_match_bool(table, agents) -> bool:
@@ -252,3 +256,299 @@ def test_player_reports_each_step_and_pictures_are_written(tmp_path):
     pngs = sorted((tmp_path / "plots").glob("step-*.png"))
     assert [p.name for p in pngs] == [f"step-{i:03d}.png" for i in range(1, 4)]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+# --- the protocol without a network: ordering, STEP, epochs, the summary ----------------
+
+
+class WireRecorder:
+    """Stands in for the ControlServer: keeps what the CA sends to each connection."""
+
+    def __init__(self) -> None:
+        self.sent: dict[int, list[dict]] = {}
+
+    def send(self, conn: int, data: bytes) -> bool:
+        reader = p.LineReader()
+        self.sent.setdefault(conn, []).extend(p.decode(line) for line in reader.feed(data))
+        return True
+
+    def kinds(self, conn: int) -> list[str]:
+        return [m["type"] for m in self.sent.get(conn, [])]
+
+
+def _ca(inventory: dict[str, list[int]]) -> tuple[CommunicationAssistant, WireRecorder,
+                                                    RecordingInstaller]:
+    wire, installer = WireRecorder(), RecordingInstaller()
+    ca = CommunicationAssistant(wire, InterNodeLinks(inventory), installer,
+                                node_ids={n: i for i, n in enumerate(inventory, 1)},
+                                control_ips=dict.fromkeys(inventory, "10.0.0.9"),
+                                events=EventLog(None))
+    ca.on_messages([(k, {"type": p.HELLO, "node": n, "iphys": []})
+                    for k, n in enumerate(inventory, 1)])
+    return ca, wire, installer
+
+
+def _req(conn: int, src: str, dst: str, iphy: int, req_id: int = 1, **extra) -> tuple[int, dict]:
+    return conn, {"type": p.LINK_REQ, "req_id": req_id, "src_node": src, "dst_node": dst,
+                  "src_iphy": f"iphy{iphy}", **extra}
+
+
+def test_step_is_one_message_with_visibility_and_the_links_left():
+    ca, wire, installer = _ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c")])
+    ca.on_messages([_req(1, "a", "b", 2), _req(1, "a", "c", 1, req_id=2)])
+    assert len(ca.table.links()) == 2
+    for conn in wire.sent:
+        wire.sent[conn].clear()
+    ca.apply_step(1, 5.0, [("a", "c")])
+    # a: one STEP, no LINK_DOWN; its links are the ones left after a-b went down
+    assert wire.sent[1] == [{"type": p.STEP, "step": 1, "time": 5.0, "peers": ["c"],
+                             "links": [{"peer": "c", "local_iphy": "iphy1",
+                                        "peer_iphy": "iphy2"}], "full": []}]
+    assert wire.sent[2][0]["links"] == [] and wire.sent[2][0]["peers"] == []
+    assert {frozenset((e.a, e.b)) for e in installer.installed} == {frozenset("ac")}
+
+
+def test_a_batchs_refusals_go_out_after_its_link_ups():
+    ca, wire, _ = _ca({"a": [1, 2], "b": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b")])
+    wire.sent.clear()
+    ca.on_messages([_req(2, "b", "a", 1), _req(1, "a", "b", 1)])
+    # b's request won; the link takes the iPHY a was asking b from (the mutual claim)
+    assert [(lk.src, lk.src_iphy, lk.dst, lk.dst_iphy) for lk in ca.table.links()] == [
+        ("b", 1, "a", 1)]
+    assert wire.kinds(1) == [p.LINK_UP, p.LINK_FAIL]
+    assert wire.sent[1][1]["reason"] == "mutual_already_won"
+    assert wire.kinds(2) == [p.LINK_OK]
+
+
+def test_an_incoming_request_waits_for_the_destinations_own_requests_in_the_batch():
+    """a's last free iPHY is named by a's own request: deciding b's request first would
+    refuse a's as src_iphy_busy; decided after it, b's is refused as no_free_iphy."""
+    ca, wire, _ = _ca({"a": [1], "b": [1, 2], "c": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c")])
+    wire.sent.clear()
+    ca.on_messages([_req(2, "b", "a", 2), _req(1, "a", "c", 1)])
+    assert [(lk.src, lk.dst) for lk in ca.table.links()] == [("a", "c")]
+    assert wire.sent[2] == [{"type": p.FULL, "peers": ["a"]},
+                            {"type": p.LINK_FAIL, "req_id": 1, "src_node": "b",
+                             "dst_node": "a", "src_iphy": "iphy2", "reason": "no_free_iphy"}]
+    assert ca.events.counts["link_fail"] == 1
+
+
+def test_incoming_request_is_decided_at_once_when_the_destination_has_an_unnamed_iphy():
+    ca, _, _ = _ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c")])
+    ca.on_messages([_req(2, "b", "a", 2), _req(1, "a", "c", 1)])
+    links = {(lk.src, lk.src_iphy, lk.dst, lk.dst_iphy) for lk in ca.table.links()}
+    # c's STEP makes it ask a from iPHY 2 (highest free): a's link to c takes that one
+    assert links == {("b", 2, "a", 2), ("a", 1, "c", 2)}
+
+
+def test_crossing_mutual_requests_take_the_iphys_the_step_made_each_side_ask_from():
+    """a's STEP makes it ask b, c, d from iPHYs 4, 3, 2; b's and c's requests to a arrive
+    first: their links take a's iPHYs 4 and 3, so a's own requests meet
+    mutual_already_won (b, c) and a free iPHY 2 (d) instead of src_iphy_busy."""
+    ca, wire, _ = _ca({"a": [1, 2, 3, 4], "b": [1, 2], "c": [1, 2], "d": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("a", "d")])
+    agent = _agent(iphys=4)
+    planned = _sent(agent.handle(wire.sent[1][-1]))
+    assert [(m["dst_node"], m["src_iphy"]) for m in planned] == [
+        ("b", "iphy4"), ("c", "iphy3"), ("d", "iphy2")]
+    ca.on_messages([_req(2, "b", "a", 2), _req(3, "c", "a", 2)])
+    ca.on_messages([(1, m) for m in planned])
+    links = {(lk.src, lk.src_iphy, lk.dst, lk.dst_iphy) for lk in ca.table.links()}
+    assert links == {("b", 2, "a", 4), ("c", 2, "a", 3), ("a", 2, "d", 2)}
+    assert [e.reason for e in ca.events.records if e.event == "link_fail"] == [
+        "mutual_already_won", "mutual_already_won"]
+
+
+def test_full_nodes_are_named_in_step_and_announced_when_they_fill_up():
+    ca, wire, _ = _ca({"a": [1], "b": [1, 2], "c": [1, 2], "d": [1]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d")])
+    wire.sent.clear()
+    ca.on_messages([_req(2, "b", "a", 2)])
+    # a used its only iPHY: its unlinked visible peers c and d hear so; b (linked) does not
+    assert wire.kinds(3) == [p.FULL] and wire.sent[3][0]["peers"] == ["a"]
+    assert wire.kinds(4) == [p.FULL]
+    assert wire.kinds(2) == [p.LINK_OK]
+    ca.on_messages([_req(2, "b", "c", 1, req_id=2)])  # b has no iPHY left either
+    assert wire.kinds(3)[-1] == p.LINK_UP  # c is linked to b: no news for it
+    assert wire.sent[4][-1] == {"type": p.FULL, "peers": ["b"]}
+    # the next step names full visible peers in STEP itself
+    ca.apply_step(1, 1.0, [("a", "b"), ("b", "c"), ("c", "d"), ("b", "d")])
+    step = {conn: msgs[-1] for conn, msgs in wire.sent.items()}
+    assert step[4]["type"] == p.STEP and step[4]["full"] == ["b"]
+    # c and a are linked to b, so b's being full is no news to them
+    assert step[3]["full"] == [] and step[1]["full"] == [] and step[2]["full"] == []
+
+
+def test_hello_during_a_step_gets_id_then_step_with_its_links():
+    ca, wire, _ = _ca({"a": [1, 2], "b": [1, 2]})
+    ca.apply_step(3, 30.0, [("a", "b")])
+    ca.on_messages([_req(1, "a", "b", 2)])
+    ca.on_messages([(7, {"type": p.HELLO, "node": "b", "iphys": []})])
+    assert wire.kinds(7) == [p.ID, p.STEP]
+    assert wire.sent[7][1]["step"] == 3
+    assert wire.sent[7][1]["links"] == [{"peer": "a", "local_iphy": "iphy2",
+                                         "peer_iphy": "iphy2"}]
+
+
+def test_requests_record_the_agents_step_and_send_time():
+    ca, _, _ = _ca({"a": [1], "b": [1]})
+    ca.apply_step(0, 0.0, [("a", "b")])
+    ca.apply_step(1, 1.0, [("a", "b")])
+    ca.on_messages([_req(1, "a", "b", 1, step=0, sent=1234.5)])
+    request = next(e for e in ca.events.records if e.event == "link_request")
+    assert request.step == 1 and request.extra == {"agent_step": 0, "sent_wall": 1234.5}
+    assert negotiation_summary(ca.events.records)["stale_requests"] == 1
+
+
+def test_protocol_validates_step_and_the_optional_request_fields():
+    good = p.encode(p.STEP, step=1, time=2.0, peers=["b"],
+                    links=[{"peer": "b", "local_iphy": "iphy1", "peer_iphy": "iphy2"}])
+    assert p.decode(good.strip())["links"][0]["peer"] == "b"
+    for bad in ({"peers": [1], "links": []}, {"peers": [], "links": [{"peer": "b"}]},
+                {"peers": []}, {"peers": [], "links": [], "full": [3]},
+                {"peers": [], "links": [], "full": "b"}):
+        with pytest.raises(p.ProtocolError):
+            p.encode(p.STEP, step=1, time=0, **bad)
+    p.encode(p.LINK_REQ, req_id=1, src_node="a", dst_node="b", src_iphy="iphy1", step=2,
+             sent=1.5)
+    for bad in ({"step": "2"}, {"step": True}, {"sent": "now"}):
+        with pytest.raises(p.ProtocolError):
+            p.encode(p.LINK_REQ, req_id=1, src_node="a", dst_node="b", src_iphy="iphy1",
+                     **bad)
+    assert p.decode(b'{"type": "FULL", "peers": ["b"]}')["peers"] == ["b"]
+    with pytest.raises(p.ProtocolError):
+        p.decode(b'{"type": "FULL", "peers": [1]}')
+    for gone in ("VISIBILITY", "LINK_DOWN"):
+        with pytest.raises(p.ProtocolError, match="unknown message type"):
+            p.decode(b'{"type": "%s", "peer": "b", "local_iphy": "iphy1"}' % gone.encode())
+
+
+def _agent(iphys: int = 4) -> Agent:
+    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
+                              iphys={f"iphy{j}": "x" for j in range(1, iphys + 1)},
+                              poll_interval=0))
+    agent.handle({"type": p.ID, "node": "a", "node_id": 1, "control_ip": "10.0.0.2",
+                  "links": []})
+    return agent
+
+
+def _sent(out: list[bytes]) -> list[dict]:
+    return [p.decode(line.strip()) for line in out]
+
+
+def test_agent_takes_step_whole_and_asks_from_the_top_keeping_one_spare():
+    agent = _agent(iphys=4)
+    agent.state.refused.add("b")
+    out = _sent(agent.handle({"type": p.STEP, "step": 5, "time": 1.0,
+                              "peers": ["b", "c", "d", "e", "f"],
+                              "links": [{"peer": "f", "local_iphy": "iphy2",
+                                         "peer_iphy": "iphy1"}]}))
+    assert agent.state.links == {"f": ("iphy2", "iphy1")}
+    assert agent.state.step == 5 and agent.state.refused == set()
+    # free: iphy4, iphy3, iphy1; one stays spare while requests are in flight
+    assert [(m["dst_node"], m["src_iphy"], m["step"]) for m in out] == [
+        ("b", "iphy4", 5), ("c", "iphy3", 5)]
+    assert all(isinstance(m["sent"], float) for m in out)
+    # the next STEP drops links the CA no longer has, with no LINK_DOWN
+    agent.handle({"type": p.STEP, "step": 6, "time": 2.0, "peers": [], "links": []})
+    assert agent.state.links == {}
+
+
+def test_agent_does_not_ask_peers_the_ca_reports_full():
+    agent = _agent(iphys=4)
+    out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0,
+                              "peers": ["b", "c", "d"], "links": [], "full": ["b"]}))
+    assert [m["dst_node"] for m in out] == ["c", "d"]
+    agent.state.pending.clear()
+    assert _sent(agent.handle({"type": p.FULL, "peers": ["c", "d"]})) == []
+    # a new STEP forgets this step's full peers
+    out = _sent(agent.handle({"type": p.STEP, "step": 1, "time": 1.0, "peers": ["b"],
+                              "links": []}))
+    assert [m["dst_node"] for m in out] == ["b"]
+
+
+def test_agent_asks_from_its_last_free_iphy_only_when_nothing_is_in_flight():
+    agent = _agent(iphys=2)
+    out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0, "peers": ["b", "c"],
+                              "links": []}))
+    assert [(m["dst_node"], m["src_iphy"]) for m in out] == [("b", "iphy2")]
+    out = _sent(agent.handle({"type": p.LINK_OK, "req_id": out[0]["req_id"], "src_node": "a",
+                              "dst_node": "b", "src_iphy": "iphy2", "dst_iphy": "iphy1"}))
+    assert [(m["dst_node"], m["src_iphy"]) for m in out] == [("c", "iphy1")]
+
+
+def test_agent_orders_iphys_by_number():
+    agent = _agent(iphys=11)
+    out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0, "peers": ["b"],
+                              "links": []}))
+    assert out[0]["src_iphy"] == "iphy11"
+
+
+def _e(kind: str, nodes: tuple[str, str], wall: float, **kw) -> Event:
+    return Event(kind, 0.0, wall_time=wall, step=kw.pop("step", 1), nodes=nodes,
+                 iphys=(1, 1) if kind == "link_up" else (1,), **kw)
+
+
+def test_negotiation_summary_counts_reasons_and_times_requests_to_flows():
+    events = [
+        _e("link_request", ("a", "b"), 10.000, extra={"sent_wall": 9.990, "agent_step": 1}),
+        _e("link_request", ("b", "a"), 10.001),
+        _e("link_fail", ("b", "a"), 10.002, reason="mutual_already_won"),
+        _e("link_up", ("a", "b"), 10.030),
+        _e("link_request", ("c", "d"), 11.0, extra={"agent_step": 0}),
+        _e("link_fail", ("c", "d"), 11.1, reason="flow_install_failed: boom"),
+        _e("link_request", ("c", "e"), 12.0),
+        _e("link_fail", ("c", "e"), 12.1, reason="no_free_iphy"),
+        _e("link_request", ("c", "f"), 13.0),
+        _e("link_fail", ("c", "f"), 13.1, reason="no_free_iphy"),
+        _e("link_up", ("x", "y"), 14.0),  # no request seen (e.g. an earlier run's): ignored
+    ]
+    summary = negotiation_summary(events)
+    assert summary["requests"] == 5 and summary["refused"] == 4
+    assert summary["refusals"] == {"no_free_iphy": 2, "flow_install_failed": 1,
+                                   "mutual_already_won": 1}
+    assert list(summary["refusals"]) == ["no_free_iphy", "flow_install_failed",
+                                         "mutual_already_won"]
+    assert summary["stale_requests"] == 1
+    assert summary["link_up_latency_ms"] == {"count": 1, "p50": 40.0, "p90": 40.0,
+                                             "p99": 40.0}
+    assert summary["link_up_latency_at_ca_ms"]["p50"] == 30.0
+
+
+def test_negotiation_summary_of_nothing_and_percentiles():
+    empty = negotiation_summary([])
+    assert empty["requests"] == 0 and empty["refused_share"] == 0.0
+    assert empty["link_up_latency_ms"] == {"count": 0, "p50": None, "p90": None, "p99": None}
+    values = list(range(1, 101))
+    assert [percentile(values, q) for q in (50, 90, 99, 100)] == [50, 90, 99, 100]
+    assert percentile([7.0], 99) == 7.0 and percentile([], 50) is None
+    assert describe_negotiation(empty) == "link requests: none"
+    text = describe_negotiation(negotiation_summary([
+        _e("link_request", ("a", "b"), 1.0), _e("link_up", ("a", "b"), 1.012),
+        _e("link_request", ("a", "c"), 1.0), _e("link_fail", ("a", "c"), 1.1,
+                                               reason="not_visible")]))
+    assert text == ("link requests 2, refused 1: not_visible 1; request -> flows in: "
+                    "p50 12 ms, p90 12 ms, p99 12 ms")
+
+
+def test_agent_polls_its_iphys_without_blocking():
+    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
+                              iphys={"iphy1": "127.0.0.1", "iphy2": "no-such-host.invalid"}))
+    agent.start_poll()
+    agent.start_poll()  # a poll under way is not started twice
+    assert len(agent._pings) == 2
+    deadline = time.monotonic() + 10
+    while (changed := agent.finish_poll()) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert changed is True
+    assert agent.state.iphys_up == {"iphy1": True, "iphy2": False}
+    assert agent.finish_poll() is None  # nothing under way
+    agent.start_poll()
+    while (changed := agent.finish_poll()) is None:
+        time.sleep(0.01)
+    assert changed is False

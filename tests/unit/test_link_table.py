@@ -26,6 +26,7 @@ from nestednet.model.link_table import (
     LinkFail,
     LinkOk,
     requests_to_send,
+    spare_limit,
 )
 from nestednet.model.scenario import NodeSpec, Scenario, Step
 from nestednet.model.scenario_file import load_scenario
@@ -441,21 +442,48 @@ def test_random_operations_keep_the_invariants(iphys, initial, ops):
 
 
 @pytest.mark.unit
-def test_requests_pair_lowest_free_iphys_with_peers_in_name_order():
-    assert requests_to_send([3, 1], ["n9", "n10", "n2"], []) == [("n10", 1), ("n2", 3)]
+def test_requests_pair_highest_free_iphys_with_peers_in_name_order():
+    assert requests_to_send([3, 1, 2], ["n9", "n10", "n2"], []) == [("n10", 3), ("n2", 2)]
     assert requests_to_send([2], ["c", "b", "a"], []) == [("a", 2)]
-    assert requests_to_send([1, 2, 3, 4], ["x"], []) == [("x", 1)]
+    assert requests_to_send([1, 2, 3, 4], ["x"], []) == [("x", 4)]
+
+
+@pytest.mark.unit
+def test_requests_keep_one_free_iphy_spare_while_asking():
+    peers = ["a", "b", "c", "d", "e"]
+    assert requests_to_send([1, 2, 3, 4], peers, []) == [("a", 4), ("b", 3), ("c", 2)]
+    # the last free iPHY is asked from only when nothing else is in flight
+    assert requests_to_send([1], peers, []) == [("a", 1)]
+    assert requests_to_send([1], peers, [], pending_peers=["e"]) == []
+    assert requests_to_send([1, 2], peers, [], pending_peers=iter(["e"])) == [("a", 2)]
+    assert [spare_limit(n, asking) for n in range(4) for asking in (False, True)] == [
+        0, 0, 1, 0, 1, 1, 2, 2]
 
 
 @pytest.mark.unit
 def test_requests_skip_linked_failed_and_pending_peers():
     peers = ["a", "b", "c", "d", "e"]
     assert requests_to_send([1, 2, 3], peers, linked_peers=["a"], failed_peers=["b"],
-                            pending_peers=["d"]) == [("c", 1), ("e", 2)]
+                            pending_peers=["d"]) == [("c", 3), ("e", 2)]
     assert requests_to_send([1], peers, peers) == []
     assert requests_to_send([], peers, []) == []
     assert requests_to_send([1, 2], [], []) == []
-    assert requests_to_send([1, 2], ["a", "a", "b"], []) == [("a", 1), ("b", 2)]
+    assert requests_to_send([1, 2, 3], ["a", "a", "b"], []) == [("a", 3), ("b", 2)]
+
+
+@pytest.mark.unit
+def test_destination_iphy_avoids_the_destinations_undecided_requests():
+    """dst_claims only picks which free iPHY of dst the link takes, never whether."""
+    table = InterNodeLinks({"a": [1, 2, 3], "b": [1, 2], "c": [1]}, [("a", "b"), ("a", "c")])
+    # b is asking a from iPHY 2 in the same batch: the link takes that one
+    assert table.request("a", "b", 3, {2: "a", 1: "c"}).link.dst_iphy == 2
+    table.set_visibility([])
+    table.set_visibility([("a", "b"), ("a", "c")])
+    # a's request towards c names iPHY 1: b's link to a takes a's next free one
+    assert table.request("b", "a", 1, {1: "c"}).link.dst_iphy == 2
+    # every free iPHY claimed: the lowest free one, as without claims
+    assert table.request("c", "a", 1, {1: "x", 3: "y"}).link.dst_iphy == 1
+    assert isinstance(table.request("a", "b", 3, {}), LinkFail)
 
 
 # -- settling steps with the agent stand-in -------------------------------------------
