@@ -98,6 +98,49 @@ class AgentState:
         limit = max(len(free) - 1, 0 if self.pending else min(len(free), 1))
         return list(zip(peers, free[:limit], strict=False))
 
+    def react(self, message: dict) -> list[tuple[str, str]]:
+        """Apply one CA message; return the (peer, local iPHY) requests to send now.
+
+        The caller records each in ``pending`` under its req_id before the next message.
+        Pure and deterministic, so the CA can run a copy on every message it sends and
+        know which requests are on their way (nestednet.ca.mirror).
+        """
+        kind = message["type"]
+        if kind == p.ID:
+            # The CA names us as the scenario does; our lab name only identified us in HELLO.
+            self.node = message["node"]
+            self.node_id, self.control_ip = message["node_id"], message["control_ip"]
+            if "iphys" in message:  # the scenario may give this node fewer iPHYs than it has
+                self.iphys_up = {name: self.iphys_up.get(name, False) or name in message["iphys"]
+                                 for name in self.iphys_up if name in message["iphys"]}
+            self.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
+                          for link in message["links"]}
+            self.pending.clear()
+        elif kind == p.STEP:
+            # The CA's whole view for this step: visibility and links replace ours at once.
+            self.step, self.visible = message["step"], sorted(message["peers"])
+            self.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
+                          for link in message["links"]}
+            self.refused = set(message.get("full", []))
+            self.iphys_refused.clear()
+        elif kind == p.FULL:
+            self.refused.update(message["peers"])
+        elif kind == p.LINK_OK:
+            self.pending.pop(message["req_id"], None)
+            self.links[message["dst_node"]] = (message["src_iphy"], message["dst_iphy"])
+        elif kind == p.LINK_FAIL:
+            self.pending.pop(message["req_id"], None)
+            if message["reason"] in _PEER_REFUSED:
+                self.refused.add(message["dst_node"])
+            elif message.get("src_iphy"):
+                # src_iphy_busy / src_iphy_unknown: asking again at once would only repeat.
+                self.iphys_refused.add(message["src_iphy"])
+        elif kind == p.LINK_UP:
+            self.links[message["peer"]] = (message["local_iphy"], message["peer_iphy"])
+        elif kind == p.ERROR:
+            log.warning("CA reported an error: %s", message["error"])
+        return self.wanted_requests()
+
     def as_dict(self) -> dict:
         return {
             "node": self.node, "node_id": self.node_id, "control_ip": self.control_ip,
@@ -126,46 +169,8 @@ class Agent:
 
     def handle(self, message: dict) -> list[bytes]:
         """Apply one CA message to the state; return the messages to send back."""
-        kind = message["type"]
-        st = self.state
-        if kind == p.ID:
-            # The CA names us as the scenario does; our lab name only identified us in HELLO.
-            st.node = message["node"]
-            st.node_id, st.control_ip = message["node_id"], message["control_ip"]
-            if "iphys" in message:  # the scenario may give this node fewer iPHYs than it has
-                st.iphys_up = {name: st.iphys_up.get(name, False) or name in message["iphys"]
-                               for name in st.iphys_up if name in message["iphys"]}
-            st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
-                        for link in message["links"]}
-            st.pending.clear()
-        elif kind == p.STEP:
-            # The CA's whole view for this step: visibility and links replace ours at once.
-            st.step, st.visible = message["step"], sorted(message["peers"])
-            st.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
-                        for link in message["links"]}
-            st.refused = set(message.get("full", []))
-            st.iphys_refused.clear()
-        elif kind == p.FULL:
-            st.refused.update(message["peers"])
-        elif kind == p.LINK_OK:
-            st.pending.pop(message["req_id"], None)
-            st.links[message["dst_node"]] = (message["src_iphy"], message["dst_iphy"])
-        elif kind == p.LINK_FAIL:
-            st.pending.pop(message["req_id"], None)
-            if message["reason"] in _PEER_REFUSED:
-                st.refused.add(message["dst_node"])
-            elif message.get("src_iphy"):
-                # src_iphy_busy / src_iphy_unknown: asking again at once would only repeat.
-                st.iphys_refused.add(message["src_iphy"])
-        elif kind == p.LINK_UP:
-            st.links[message["peer"]] = (message["local_iphy"], message["peer_iphy"])
-        elif kind == p.ERROR:
-            log.warning("CA reported an error: %s", message["error"])
-        return self._requests()
-
-    def _requests(self) -> list[bytes]:
         out = []
-        for peer, iphy in self.state.wanted_requests():
+        for peer, iphy in self.state.react(message):
             req_id = self._next_req
             self._next_req += 1
             self.state.pending[req_id] = (peer, iphy)

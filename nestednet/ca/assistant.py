@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from nestednet.agent import protocol as p
+from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer
 from nestednet.model.events import Event
-from nestednet.model.link_table import InterNodeLinks, Link, LinkFail, requests_to_send
+from nestednet.model.link_table import InterNodeLinks, Link, LinkFail
 
 log = logging.getLogger("nestednet.ca")
+
+HOLD_S = 0.1
+"""Longest a request waits for the destination's own request (see CommunicationAssistant)."""
 
 
 @dataclass(frozen=True)
@@ -126,14 +130,14 @@ class Sessions:
         self.by_conn[conn] = node
 
 
-def _claims(messages: Iterable[dict]) -> dict[str, dict[int, str]]:
-    """node -> {iPHY: peer} for the LINK_REQs among ``messages`` (see InterNodeLinks.request)."""
-    claims: dict[str, dict[int, str]] = {}
-    for msg in messages:
-        number = iphy_number(msg["src_iphy"]) if msg["type"] == p.LINK_REQ else None
-        if number is not None:
-            claims.setdefault(msg["src_node"], {})[number] = msg["dst_node"]
-    return claims
+@dataclass
+class Held:
+    """A request waiting for its destination's own request; decided by ``deadline`` at
+    the latest."""
+
+    conn: int
+    msg: dict
+    deadline: float
 
 
 class CommunicationAssistant:
@@ -156,12 +160,13 @@ class CommunicationAssistant:
         self.progress = StepProgress()
         self.hello_seen: set[str] = set()
         self._visible_since: dict[frozenset[str], float] = {}
-        self._claims: dict[str, dict[int, str]] = {}
-        """Per node, the iPHYs its requests in the current batch, not yet decided, name."""
-        self._expected: dict[str, dict[int, str]] = {}
-        """Per node, the requests its STEP will make it send (requests_to_send, as the
-        agent runs it) and that have not arrived yet: iPHY -> peer."""
-        self._refusals: list[tuple[int, bytes]] = []
+        self.mirrors: dict[str, AgentMirror] = {}
+        """Per node, the agent's state as the CA's messages made it (nestednet.ca.mirror)."""
+        self._held: list[Held] = []
+        """Requests not decided yet, in arrival order."""
+        self._wake_at = 0.0
+        """When the CA thread will next look at the held requests (0: not scheduled)."""
+        self._refusals: list[tuple[int, str, dict]] = []
         """LINK_FAILs of the current batch: sent after its LINK_OK/LINK_UPs, so an agent
         learns of an incoming link before it hears that a request of its own failed,
         and never offers the iPHY that link just took."""
@@ -176,54 +181,79 @@ class CommunicationAssistant:
                      node)
 
     def on_messages(self, batch: list[tuple[int, dict]]) -> None:
-        accepted: list[tuple[int, dict, LinkEnds]] = []
-        self._claims = _claims(msg for _, msg in batch)
-        waiting: list[tuple[int, dict]] = []
+        now = time.monotonic()
         for conn, msg in batch:
             kind = msg["type"]
             if kind == p.HELLO:
                 self._hello(conn, msg)
             elif kind == p.LINK_REQ:
-                if self._takes_a_claimed_iphy(msg):
-                    waiting.append((conn, msg))
-                else:
-                    self._take(conn, msg, accepted)
+                mirror = self.mirrors.get(msg["src_node"])
+                if mirror is not None and self.sessions.by_conn.get(conn) == msg["src_node"]:
+                    mirror.arrived(msg["req_id"], msg["dst_node"], msg["src_iphy"])
+                self._held.append(Held(conn, msg, now + HOLD_S))
             else:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
-        for conn, msg in waiting:
-            self._take(conn, msg, accepted)
+        self._decide_held()
+
+    def _decide_held(self) -> None:
+        """Decide every request that need not wait, install their links as one batch,
+        then send the refusals; wake up again for the first one still waiting.
+
+        A request waits (at most HOLD_S) while every free iPHY of its destination is
+        named by a request of the destination's own that is still on its way (its
+        agent has been sent the message it answers, see nestednet.ca.mirror).
+        Deciding it first would give its link the iPHY the destination is asking
+        from, and the destination's request would be refused as src_iphy_busy for
+        an iPHY that was free when it was sent. Waiting changes only the order in
+        which Algorithm 1 sees requests, never what it decides. Requests that wait
+        only on each other (each one's destination asking from its last iPHY, the
+        requests all here) are decided in arrival order.
+        """
+        accepted: list[tuple[int, dict, LinkEnds]] = []
+        while self._held:
+            now = time.monotonic()
+            waits = {id(h): self._waits_for(h.msg) for h in self._held}
+            ready = [h for h in self._held if h.deadline <= now or waits[id(h)] is None]
+            if not ready:
+                ready = [h for h in self._held if waits[id(h)] == "arrived"][:1]
+            if not ready:
+                break
+            for held in ready:
+                self._held.remove(held)
+                decided = self._decide(held.conn, held.msg)
+                if decided is not None:
+                    accepted.append(decided)
         if accepted:
             self._establish(accepted)
         refusals, self._refusals = self._refusals, []
-        for conn, data in refusals:
-            self.server.send(conn, data)
+        for conn, kind, fields in refusals:
+            self._reply(conn, kind, **fields)
+        if self._held:
+            first = min(h.deadline for h in self._held)
+            if not self._wake_at or first < self._wake_at:
+                self._wake_at = first
+                self.server.call_later(max(first - time.monotonic(), 0.0), self._wake)
 
-    def _take(self, conn: int, msg: dict, accepted: list[tuple[int, dict, LinkEnds]]) -> None:
-        number = iphy_number(msg["src_iphy"])
-        if number is not None:
-            self._claims.get(msg["src_node"], {}).pop(number, None)
-        expected = self._expected.get(msg["src_node"], {})
-        for iphy in [i for i, peer in expected.items()
-                     if i == number or peer == msg["dst_node"]]:
-            del expected[iphy]
-        decided = self._decide(conn, msg)
-        if decided is not None:
-            accepted.append(decided)
+    def _wake(self) -> None:
+        self._wake_at = 0.0
+        self._decide_held()
 
-    def _takes_a_claimed_iphy(self, msg: dict) -> bool:
-        """Would this request's link take an iPHY its destination asks from in this batch?
-
-        Such a request is decided after the rest of the batch (Algorithm 1 as ever, on
-        the state then): requests that arrive together have no order of their own, and
-        deciding the destination's own request first spares it a src_iphy_busy for an
-        iPHY it had named before it could know of this one.
-        """
-        claims = self._claims.get(msg["dst_node"])
-        if not claims:
-            return False
-        free = self.table.free_iphys(msg["dst_node"])
-        return bool(free) and all(claims.get(i, msg["src_node"]) != msg["src_node"]
-                                  for i in free)
+    def _waits_for(self, msg: dict) -> str | None:
+        """Why ``msg`` must not be decided yet: "coming" when every free iPHY of its
+        destination is named by the destination's own request, one of them still on
+        its way; "arrived" when those requests have all arrived (and wait too);
+        None when it may be decided now."""
+        src, dst = msg["src_node"], msg["dst_node"]
+        mirror = self.mirrors.get(dst)
+        free = self.table.free_iphys(dst)
+        if mirror is None or not free:
+            return None
+        asking = mirror.asking()
+        claims = [asking.get(iphy_name(i)) for i in free]
+        if any(peer is None or peer == src for peer in claims):
+            return None
+        coming = mirror.on_the_way()
+        return "coming" if any(iphy_name(i) in coming for i in free) else "arrived"
 
     # --- messages --------------------------------------------------------------------
 
@@ -233,7 +263,11 @@ class CommunicationAssistant:
                           scenario_time=self.progress.scenario_time, **fields)
 
     def _reply(self, conn: int, kind: str, **fields: object) -> None:
+        """Send one message; the mirror of the agent on ``conn`` sees it too."""
         self.server.send(conn, p.encode(kind, **fields))
+        mirror = self.mirrors.get(self.sessions.by_conn.get(conn, ""))
+        if mirror is not None:
+            mirror.sent({"type": kind, **fields})
 
     def _to_node(self, node: str, kind: str, **fields: object) -> None:
         conn = self.sessions.by_node.get(node)
@@ -247,6 +281,8 @@ class CommunicationAssistant:
             return
         self.sessions.bind(node, conn)
         up = [i["name"] for i in msg["iphys"] if i.get("up", True)]
+        self.mirrors[node] = AgentMirror(node, {i["name"]: bool(i.get("up", True))
+                                                for i in msg["iphys"]})
         self.hello_seen.add(node)
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
                     control_ip=self.control_ips[node], links=self._links_of(node),
@@ -262,22 +298,13 @@ class CommunicationAssistant:
                 for link in self.table.links_of(node)]
 
     def _send_step(self, node: str) -> None:
-        """The current step as ``node`` must see it: visible peers and links, in one message.
-
-        Also notes the requests that message will make the agent send: until they
-        arrive, a link asked of ``node`` by one of those peers takes the iPHY ``node``
-        is asking it from (their requests cross; the agent's then meets
-        mutual_already_won), and other links avoid those iPHYs.
-        """
+        """The current step as ``node`` must see it: visible peers and links, in one message."""
         peers = self.visible.get(node, [])
         linked = [link.peer_of(node) for link in self.table.links_of(node)]
         full = [peer for peer in peers
                 if peer not in linked and not self.table.free_iphys(peer)]
         self._to_node(node, p.STEP, step=self.progress.step, time=self.progress.scenario_time,
                       peers=peers, links=self._links_of(node), full=full)
-        self._expected[node] = {
-            iphy: peer for peer, iphy in requests_to_send(self.table.free_iphys(node), peers,
-                                                          linked, full)}
 
     def _announce_full(self, nodes: Iterable[str]) -> None:
         """Tell the unlinked visible peers of each node that has just run out of iPHYs."""
@@ -297,20 +324,24 @@ class CommunicationAssistant:
             self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
             return None
         self.progress.requests += 1
+        if src in self.mirrors:  # decided: it names no iPHY of src's any more
+            self.mirrors[src].state.pending.pop(msg["req_id"], None)
         number = iphy_number(src_iphy)
         # -1 stands for a name that is no iPHY at all (a mistaken or hostile request).
         self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number],
                     **{key: msg[field] for key, field in (("agent_step", "step"),
                                                          ("sent_wall", "sent"))
                        if field in msg})
-        claims = {**self._expected.get(dst, {}), **self._claims.get(dst, {})}
+        mirror = self.mirrors.get(dst)
+        claims = {own: peer for iphy, peer in (mirror.asking() if mirror else {}).items()
+                  if (own := iphy_number(iphy)) is not None}
         answer = (self.table.request(src, dst, number, claims) if number is not None else None)
         if answer is None or isinstance(answer, LinkFail):
             reason = answer.reason.value if answer is not None else "src_iphy_unknown"
             self.progress.links_failed += 1
-            self._refusals.append((conn, p.encode(
-                p.LINK_FAIL, req_id=msg["req_id"], src_node=src, dst_node=dst,
-                src_iphy=src_iphy, reason=reason)))
+            self._refusals.append((conn, p.LINK_FAIL, {
+                "req_id": msg["req_id"], "src_node": src, "dst_node": dst,
+                "src_iphy": src_iphy, "reason": reason}))
             self._event("link_fail", nodes=[src, dst], iphys=[-1 if number is None else number],
                         reason=reason)
             return None
@@ -370,3 +401,5 @@ class CommunicationAssistant:
         for node, peers in self.visible.items():
             peers.sort()
             self._send_step(node)
+        if self._held:
+            self._decide_held()

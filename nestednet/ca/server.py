@@ -10,11 +10,14 @@ hostile message is answered with ERROR and logged; it never stops the server.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
 import queue
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -43,6 +46,8 @@ class ControlServer:
         self._conns: dict[int, tuple[socket.socket, p.LineReader]] = {}
         self._next_id = 1
         self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_seq = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.handler: Handler | None = None
@@ -115,6 +120,11 @@ class ControlServer:
             self._drop(conn_id)
             return False
 
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on this thread ``delay`` seconds from now (or as soon after as the
+        current batch is done). Server thread only."""
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), fn))
+
     def connections(self) -> list[int]:
         return list(self._conns)
 
@@ -130,7 +140,10 @@ class ControlServer:
     def _loop(self) -> None:
         while not self._stop.is_set():
             batch: list[tuple[int, dict]] = []
-            for key, _ in self._selector.select(timeout=0.5):
+            timeout = 0.5
+            if self._timers:
+                timeout = min(timeout, max(0.0, self._timers[0][0] - time.monotonic()))
+            for key, _ in self._selector.select(timeout=timeout):
                 if key.data == "accept":
                     self._accept()
                 elif key.data == "wake":
@@ -146,6 +159,9 @@ class ControlServer:
                 except queue.Empty:
                     break
                 self._guard(fn)
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                self._guard(heapq.heappop(self._timers)[2])
 
     def _accept(self) -> None:
         try:

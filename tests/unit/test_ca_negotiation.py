@@ -266,6 +266,10 @@ class WireRecorder:
 
     def __init__(self) -> None:
         self.sent: dict[int, list[dict]] = {}
+        self.timers: list[tuple[float, object]] = []
+
+    def call_later(self, delay: float, fn) -> None:
+        self.timers.append((delay, fn))
 
     def send(self, conn: int, data: bytes) -> bool:
         reader = p.LineReader()
@@ -283,8 +287,9 @@ def _ca(inventory: dict[str, list[int]]) -> tuple[CommunicationAssistant, WireRe
                                 node_ids={n: i for i, n in enumerate(inventory, 1)},
                                 control_ips=dict.fromkeys(inventory, "10.0.0.9"),
                                 events=EventLog(None))
-    ca.on_messages([(k, {"type": p.HELLO, "node": n, "iphys": []})
-                    for k, n in enumerate(inventory, 1)])
+    ca.on_messages([(k, {"type": p.HELLO, "node": n, "iphys": [
+        {"name": f"iphy{i}", "inter_ip": "10.1.0.1", "up": True} for i in inventory[n]]})
+        for k, n in enumerate(inventory, 1)])
     return ca, wire, installer
 
 
