@@ -205,9 +205,9 @@ class CommunicationAssistant:
         Deciding it first would give its link the iPHY the destination is asking
         from, and the destination's request would be refused as src_iphy_busy for
         an iPHY that was free when it was sent. Waiting changes only the order in
-        which Algorithm 1 sees requests, never what it decides. Requests that wait
-        only on each other (each one's destination asking from its last iPHY, the
-        requests all here) are decided in arrival order.
+        which Algorithm 1 sees requests, never what it decides. When requests wait
+        only on each other (each one's destination asking from its last iPHY, those
+        requests all here), the first to arrive is decided first.
         """
         accepted: list[tuple[int, dict, LinkEnds]] = []
         while self._held:
@@ -215,7 +215,7 @@ class CommunicationAssistant:
             waits = {id(h): self._waits_for(h.msg) for h in self._held}
             ready = [h for h in self._held if h.deadline <= now or waits[id(h)] is None]
             if not ready:
-                ready = [h for h in self._held if waits[id(h)] == "arrived"][:1]
+                ready = self._stuck(waits)[:1]
             if not ready:
                 break
             for held in ready:
@@ -238,6 +238,20 @@ class CommunicationAssistant:
         self._wake_at = 0.0
         self._decide_held()
 
+    def _stuck(self, waits: dict[int, str | None]) -> list[Held]:
+        """Held requests that wait only on requests that are here and wait themselves,
+        none of them (through their destinations) on one still on its way."""
+        tainted = {h.msg["src_node"] for h in self._held if waits[id(h)] == "coming"}
+        grew = True
+        while grew:
+            grew = False
+            for h in self._held:
+                if h.msg["dst_node"] in tainted and h.msg["src_node"] not in tainted:
+                    tainted.add(h.msg["src_node"])
+                    grew = True
+        return [h for h in self._held
+                if waits[id(h)] == "arrived" and h.msg["dst_node"] not in tainted]
+
     def _waits_for(self, msg: dict) -> str | None:
         """Why ``msg`` must not be decided yet: "coming" when every free iPHY of its
         destination is named by the destination's own request, one of them still on
@@ -246,8 +260,8 @@ class CommunicationAssistant:
         src, dst = msg["src_node"], msg["dst_node"]
         mirror = self.mirrors.get(dst)
         free = self.table.free_iphys(dst)
-        if mirror is None or not free:
-            return None
+        if mirror is None or not free or (min(src, dst), max(src, dst)) not in self.table.visible:
+            return None  # (not visible: refused whatever the order)
         asking = mirror.asking()
         claims = [asking.get(iphy_name(i)) for i in free]
         if any(peer is None or peer == src for peer in claims):

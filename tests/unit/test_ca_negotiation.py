@@ -15,7 +15,10 @@ import pytest
 
 from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
+from nestednet.ca import assistant
+from nestednet.ca import mirror as mirror_module
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
+from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
 from nestednet.ca.session import describe_negotiation
 from nestednet.model.events import Event, negotiation_summary, percentile, read_events
@@ -366,6 +369,113 @@ def test_crossing_mutual_requests_take_the_iphys_the_step_made_each_side_ask_fro
     assert links == {("b", 2, "a", 4), ("c", 2, "a", 3), ("a", 2, "d", 2)}
     assert [e.reason for e in ca.events.records if e.event == "link_fail"] == [
         "mutual_already_won", "mutual_already_won"]
+
+
+def _chain() -> tuple[CommunicationAssistant, WireRecorder]:
+    """b, d: one iPHY each; visibility a-b, b-d, d-s. Each STEP makes b ask a, d ask b,
+    s ask d and a ask b (requests_to_send)."""
+    ca, wire, _ = _ca({"a": [1, 2], "b": [1], "d": [1], "s": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("b", "d"), ("d", "s")])
+    wire.sent.clear()
+    return ca, wire
+
+
+def test_a_request_for_the_iphy_its_destination_is_asking_from_waits_for_that_request():
+    """s's request reaches the CA before d's (its STEP answer still on the way): granted
+    at once it would take d's only iPHY and d's request would be refused as src_iphy_busy.
+    It waits; so does d's (b asks a from b's only iPHY); b's is decided, then d's (b is
+    full), then s's, which gets d's iPHY after all."""
+    ca, wire = _chain()
+    ca.on_messages([_req(4, "s", "d", 2)])
+    assert not [e for e in ca.events.records if e.event == "link_request"]
+    assert wire.timers and wire.timers[0][0] <= assistant.HOLD_S
+    ca.on_messages([_req(3, "d", "b", 1)])
+    assert not [e for e in ca.events.records if e.event == "link_request"]
+    ca.on_messages([_req(2, "b", "a", 1)])
+    assert [(e.event, e.nodes, e.reason) for e in ca.events.records
+            if e.event in ("link_request", "link_fail")] == [
+        ("link_request", ("b", "a"), None), ("link_request", ("d", "b"), None),
+        ("link_fail", ("d", "b"), "no_free_iphy"), ("link_request", ("s", "d"), None)]
+    assert {(lk.src, lk.dst) for lk in ca.table.links()} == {("b", "a"), ("s", "d")}
+    assert wire.kinds(4) == [p.LINK_OK] and wire.kinds(3)[-1] == p.LINK_FAIL
+
+
+def test_a_waiting_request_is_decided_when_its_time_is_up(monkeypatch):
+    monkeypatch.setattr(assistant, "HOLD_S", 0.01)
+    ca, wire = _chain()
+    ca.on_messages([_req(4, "s", "d", 2)])
+    assert not ca.table.links()
+    time.sleep(0.02)
+    [(delay, wake)] = wire.timers
+    assert delay <= 0.01
+    wake()
+    # d's request never came: Algorithm 1 decides s's as ever
+    assert [(lk.src, lk.dst) for lk in ca.table.links()] == [("s", "d")]
+    assert wire.kinds(4) == [p.LINK_OK]
+
+
+def test_a_new_step_decides_waiting_requests_on_its_own_visibility():
+    """s's request waits for d's (still on its way in the new step); s and d no longer
+    see each other, so it is refused at once: no order of decisions would grant it."""
+    ca, _ = _chain()
+    ca.on_messages([_req(4, "s", "d", 2)])
+    assert ca._held
+    ca.apply_step(1, 1.0, [("a", "b"), ("b", "d")])
+    assert [e.reason for e in ca.events.records if e.event == "link_fail"] == ["not_visible"]
+    assert not ca._held
+
+
+def test_requests_that_wait_only_on_each_other_are_decided_at_once_first_come_first():
+    """p, q, r (one iPHY each) ask round the triangle, all here: nothing else will come,
+    so the first to arrive is decided first (p-q), then the rest as they become free to
+    be, without waiting for the timer."""
+    ca, wire, _ = _ca({"p": [1], "q": [1], "r": [1]})
+    ca.apply_step(0, 0.0, [("p", "q"), ("q", "r"), ("p", "r")])
+    wire.timers.clear()
+    ca.on_messages([_req(1, "p", "q", 1), _req(2, "q", "r", 1), _req(3, "r", "p", 1)])
+    assert [(lk.src, lk.dst) for lk in ca.table.links()] == [("p", "q")]
+    assert [e.reason for e in ca.events.records if e.event == "link_fail"] == [
+        "no_free_iphy", "src_iphy_busy"]
+    assert not ca._held and not wire.timers
+
+
+def test_mirror_predicts_what_the_agent_sends_and_forgets_what_never_comes():
+    now = [100.0]
+    mirror = AgentMirror("a", {f"iphy{j}": True for j in range(1, 5)}, clock=lambda: now[0])
+    agent = _agent(iphys=4)
+    step = {"type": p.STEP, "step": 0, "time": 0.0, "peers": ["b", "c", "d"], "links": []}
+    mirror.sent({"type": p.ID, "node": "a", "node_id": 1, "control_ip": "x", "links": []})
+    mirror.sent(step)
+    sent = _sent(agent.handle(step))
+    assert mirror.on_the_way() == {m["src_iphy"]: m["dst_node"] for m in sent} == {
+        "iphy4": "b", "iphy3": "c", "iphy2": "d"}
+    # an arrival replaces its prediction, and any prediction it contradicts
+    mirror.arrived(7, "b", "iphy4")
+    mirror.arrived(8, "e", "iphy3")
+    assert mirror.on_the_way() == {"iphy2": "d"}
+    assert mirror.asking() == {"iphy4": "b", "iphy3": "e", "iphy2": "d"}
+    now[0] += mirror_module.PREDICTION_TTL_S + 0.01
+    assert mirror.asking() == {"iphy4": "b", "iphy3": "e"} and mirror.on_the_way() == {}
+
+
+def test_server_runs_call_later_on_its_thread_after_the_delay():
+    server = ControlServer(listen("127.0.0.1", 0))
+    server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
+                                        {}, {}, EventLog(None)))
+    ran: list[tuple[str, float]] = []
+    done = threading.Event()
+    try:
+        start = time.monotonic()
+
+        def later() -> None:
+            ran.append((threading.current_thread().name, time.monotonic() - start))
+            done.set()
+
+        server.call_soon(lambda: server.call_later(0.05, later))
+        assert done.wait(5)
+    finally:
+        server.stop()
+    assert ran[0][0] == "nestednet-ca" and ran[0][1] >= 0.05
 
 
 def test_full_nodes_are_named_in_step_and_announced_when_they_fill_up():
