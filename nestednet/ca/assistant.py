@@ -210,19 +210,25 @@ class CommunicationAssistant:
         requests all here), the first to arrive is decided first.
         """
         accepted: list[tuple[int, dict, LinkEnds]] = []
+
+        def decide(held: Held) -> None:
+            self._held.remove(held)
+            decided = self._decide(held.conn, held.msg)
+            if decided is not None:
+                accepted.append(decided)
+
         while self._held:
             now = time.monotonic()
-            waits = {id(h): self._waits_for(h.msg) for h in self._held}
-            ready = [h for h in self._held if h.deadline <= now or waits[id(h)] is None]
-            if not ready:
-                ready = self._stuck(waits)[:1]
-            if not ready:
-                break
-            for held in ready:
-                self._held.remove(held)
-                decided = self._decide(held.conn, held.msg)
-                if decided is not None:
-                    accepted.append(decided)
+            progress = False
+            for held in list(self._held):  # each judged on the state the ones before left
+                if held.deadline <= now or self._waits_for(held.msg) is None:
+                    decide(held)
+                    progress = True
+            if not progress:
+                stuck = self._stuck({id(h): self._waits_for(h.msg) for h in self._held})
+                if not stuck:
+                    break
+                decide(stuck[0])
         if accepted:
             self._establish(accepted)
         refusals, self._refusals = self._refusals, []
