@@ -344,8 +344,8 @@ class CommunicationAssistant:
             self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
             return None
         self.progress.requests += 1
-        if src in self.mirrors:  # decided: it names no iPHY of src's any more
-            self.mirrors[src].state.pending.pop(msg["req_id"], None)
+        if src in self.mirrors:
+            self.mirrors[src].decided(msg["req_id"])
         number = iphy_number(src_iphy)
         # -1 stands for a name that is no iPHY at all (a mistaken or hostile request).
         self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number],
@@ -382,12 +382,15 @@ class CommunicationAssistant:
             return
         now = time.monotonic()
         self.progress.last_change = now
+        # Every LINK_UP before any LINK_OK: an agent hears of each incoming link before
+        # an answer to its own request frees it to ask again (from the iPHY that link took).
+        for _, _, link in accepted:
+            self._to_node(link.b, p.LINK_UP, peer=link.a, local_iphy=link.b_iphy,
+                          peer_iphy=link.a_iphy)
         for conn, msg, link in accepted:
             self.progress.links_up += 1
             self._reply(conn, p.LINK_OK, req_id=msg["req_id"], src_node=link.a, dst_node=link.b,
                         src_iphy=link.a_iphy, dst_iphy=link.b_iphy)
-            self._to_node(link.b, p.LINK_UP, peer=link.a, local_iphy=link.b_iphy,
-                          peer_iphy=link.a_iphy)
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
             self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
                         latency_ms=round((now - since) * 1000, 3))

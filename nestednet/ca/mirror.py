@@ -31,6 +31,9 @@ class AgentMirror:
         self._ids = itertools.count(-1, -1)
         self._predicted_at: dict[int, float] = {}
         """Provisional (negative) req_id -> when the request was predicted."""
+        self._decided: set[int] = set()
+        """Requests the CA has decided but not answered yet: still pending for the agent
+        (the copy must react as it will), but no longer asking for anything."""
 
     def sent(self, message: dict) -> None:
         """The CA has just sent ``message`` to this agent."""
@@ -41,6 +44,12 @@ class AgentMirror:
             self._predicted_at[req_id] = now
         self._predicted_at = {r: t for r, t in self._predicted_at.items()
                               if r in self.state.pending}
+        self._decided &= set(self.state.pending)
+
+    def decided(self, req_id: int) -> None:
+        """The CA has decided request ``req_id``; its answer goes out soon."""
+        if req_id in self.state.pending:
+            self._decided.add(req_id)
 
     def arrived(self, req_id: int, peer: str, iphy: str) -> None:
         """The agent's request ``req_id`` has reached the CA: it replaces its prediction
@@ -59,7 +68,8 @@ class AgentMirror:
         for rid in [r for r, t in self._predicted_at.items() if t < expired]:
             self.state.pending.pop(rid, None)
             del self._predicted_at[rid]
-        return {iphy: peer for peer, iphy in self.state.pending.values()}
+        return {iphy: peer for r, (peer, iphy) in self.state.pending.items()
+                if r not in self._decided}
 
     def on_the_way(self) -> dict[str, str]:
         """iPHY -> peer for the predicted requests only (not arrived yet)."""

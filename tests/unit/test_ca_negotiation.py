@@ -330,6 +330,18 @@ def test_a_batchs_refusals_go_out_after_its_link_ups():
     assert wire.kinds(2) == [p.LINK_OK]
 
 
+def test_an_agent_hears_of_incoming_links_before_its_own_requests_are_answered():
+    """a asks b from iPHY 2 and keeps iPHY 1 spare; c's link takes iPHY 1 in the same
+    batch. LINK_OK first would free a to ask c from iPHY 1 (no request left in flight),
+    which the CA would refuse as src_iphy_busy; LINK_UP first, a knows it is full."""
+    ca, wire, _ = _ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c")])
+    wire.sent.clear()
+    ca.on_messages([_req(1, "a", "b", 2), _req(3, "c", "a", 2)])
+    assert wire.kinds(1) == [p.LINK_UP, p.LINK_OK]
+    assert ca.mirrors["a"].asking() == {}
+
+
 def test_an_incoming_request_waits_for_the_destinations_own_requests_in_the_batch():
     """a's last free iPHY is named by a's own request: deciding b's request first would
     refuse a's as src_iphy_busy; decided after it, b's is refused as no_free_iphy."""
@@ -454,8 +466,10 @@ def test_mirror_predicts_what_the_agent_sends_and_forgets_what_never_comes():
     mirror.arrived(8, "e", "iphy3")
     assert mirror.on_the_way() == {"iphy2": "d"}
     assert mirror.asking() == {"iphy4": "b", "iphy3": "e", "iphy2": "d"}
+    mirror.decided(7)  # still pending for the agent until answered, but asks for nothing
+    assert 7 in mirror.state.pending and "iphy4" not in mirror.asking()
     now[0] += mirror_module.PREDICTION_TTL_S + 0.01
-    assert mirror.asking() == {"iphy4": "b", "iphy3": "e"} and mirror.on_the_way() == {}
+    assert mirror.asking() == {"iphy3": "e"} and mirror.on_the_way() == {}
 
 
 def test_server_runs_call_later_on_its_thread_after_the_delay():
