@@ -47,6 +47,7 @@ class ControlServer:
         self._next_id = 1
         self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._outbox: dict[int, list[bytes]] = {}
         self._timer_seq = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,20 +106,31 @@ class ControlServer:
     # --- server thread only ------------------------------------------------------------
 
     def send(self, conn_id: int, data: bytes) -> bool:
-        conn = self._conns.get(conn_id)
-        if conn is None:
+        """Queue ``data`` for the connection; False if it is gone.
+
+        Everything queued for a connection goes out in one write when the thread is
+        done with the current batch, call or timer: one segment and one wake-up for
+        the agent instead of one per message (a step sends several to each agent).
+        """
+        if conn_id not in self._conns:
             return False
-        sock = conn[0]
-        try:
-            sock.setblocking(True)
-            sock.settimeout(2)
-            sock.sendall(data)
-            sock.setblocking(False)
-            return True
-        except OSError as exc:
-            log.info("agent connection %d lost while sending: %s", conn_id, exc)
-            self._drop(conn_id)
-            return False
+        self._outbox.setdefault(conn_id, []).append(data)
+        return True
+
+    def _flush(self, only: int | None = None) -> None:
+        for conn_id in [only] if only is not None else list(self._outbox):
+            chunks = self._outbox.pop(conn_id, None)
+            conn = self._conns.get(conn_id)
+            if not chunks or conn is None:
+                continue
+            sock = conn[0]
+            try:
+                sock.settimeout(2)
+                sock.sendall(b"".join(chunks))
+                sock.setblocking(False)
+            except OSError as exc:
+                log.info("agent connection %d lost while sending: %s", conn_id, exc)
+                self._drop(conn_id)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on this thread ``delay`` seconds from now (or as soon after as the
@@ -129,9 +141,14 @@ class ControlServer:
         return list(self._conns)
 
     def _drop(self, conn_id: int) -> None:
+        queued = self._outbox.pop(conn_id, None)
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return
+        if queued:  # e.g. the ERROR that says why it is dropped
+            with contextlib.suppress(OSError):
+                conn[0].settimeout(0.5)
+                conn[0].sendall(b"".join(queued))
         self._selector.unregister(conn[0])
         conn[0].close()
         if self.handler is not None:
@@ -162,6 +179,7 @@ class ControlServer:
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
                 self._guard(heapq.heappop(self._timers)[2])
+            self._flush()
 
     def _accept(self) -> None:
         try:

@@ -472,6 +472,35 @@ def test_mirror_predicts_what_the_agent_sends_and_forgets_what_never_comes():
     assert mirror.asking() == {"iphy3": "e"} and mirror.on_the_way() == {}
 
 
+def test_server_sends_what_a_call_queued_in_one_write_when_it_is_done():
+    server = ControlServer(listen("127.0.0.1", 0))
+    server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
+                                        {}, {}, EventLog(None)))
+    client = socket.create_connection(server.address, timeout=5)
+    try:
+        _wait(lambda: server.connections(), "the server to accept")
+        [conn] = server.connections()
+        seen_meanwhile: list[bytes | None] = []
+
+        def queue_two() -> None:
+            server.send(conn, b"one\n")
+            server.send(conn, b"two\n")
+            client.setblocking(False)
+            try:
+                seen_meanwhile.append(client.recv(100))
+            except BlockingIOError:
+                seen_meanwhile.append(None)
+            client.setblocking(True)
+
+        server.call(queue_two)
+        client.settimeout(5)
+        assert seen_meanwhile == [None]
+        assert client.recv(100) == b"one\ntwo\n"
+    finally:
+        client.close()
+        server.stop()
+
+
 def test_server_runs_call_later_on_its_thread_after_the_delay():
     server = ControlServer(listen("127.0.0.1", 0))
     server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
