@@ -257,6 +257,7 @@ class Agent:
         """Serve until stop(): connect, read, answer, poll; reconnect with back-off."""
         backoff = 0.2
         next_poll = 0.0
+        dirty = True
         if self.config.poll_interval > 0:  # the first HELLO reports iPHYs as they are
             self.start_poll()
             while self.finish_poll() is None:
@@ -269,17 +270,27 @@ class Agent:
                 next_poll = now + self.config.poll_interval
             if self.finish_poll() and self._sock is not None:
                 self._send([self.hello()])
+                dirty = True
             if self._sock is None:
                 try:
                     self._connect()
                     backoff = 0.2
+                    dirty = True
                 except OSError as exc:
                     log.info("CA not reachable (%s); retrying in %.1f s", exc, backoff)
                     self._write_state()
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-            for _key, _ in self._selector.select(timeout=0.05 if self._pings else 0.5):
+            # The state file is written once nothing is waiting to be read: a message
+            # that arrives meanwhile is not held up by a file write.
+            ready = self._selector.select(timeout=0.0 if dirty else
+                                          0.05 if self._pings else 0.5)
+            if not ready and dirty:
+                self._write_state()
+                dirty = False
+            for _key, _ in ready:
+                dirty = True
                 try:
                     data = self._sock.recv(65536)
                 except OSError:
@@ -301,5 +312,5 @@ class Agent:
                     log.warning("dropping connection: %s", exc)
                     self._disconnect()
                     break
-            self._write_state()
+        self._write_state()
         self._disconnect()

@@ -7,6 +7,7 @@ checked by the system tests of `nestednet run`.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -58,7 +59,8 @@ def lab(tmp_path):
     for n in NODES:
         agent = Agent(AgentConfig(node=n, ca_host="127.0.0.1", ca_port=port,
                                   iphys={f"iphy{j}": f"192.168.0.{10 + j}"
-                                         for j in range(1, IPHYS + 1)}, poll_interval=0))
+                                         for j in range(1, IPHYS + 1)}, poll_interval=0,
+                                  state_file=tmp_path / f"{n}.json"))
         agents[n] = agent
         thread = threading.Thread(target=agent.run, daemon=True)
         thread.start()
@@ -125,6 +127,22 @@ def test_steps_settle_with_invariants(lab):
     # links lost at a step are never asked for again: the agents learn of the loss and
     # of the new visibility in one STEP message
     assert [e for e in recorded if e.reason == "not_visible"] == []
+
+
+def test_agent_writes_its_state_file_once_it_has_read_everything(lab, tmp_path):
+    server, ca, table, _, agents = lab
+    _play(server, ca, [("n1", "n2"), ("n1", "n3")])
+    _wait(lambda: _settled(table, agents), "the step to settle")
+
+    def on_file() -> dict:
+        try:
+            return json.loads((tmp_path / "n1.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    _wait(lambda: on_file().get("links") == agents["n1"].state.as_dict()["links"] != [],
+          "n1's state file to show its links")
+    assert on_file()["step"] == 0 and on_file()["visible"] == ["n2", "n3"]
 
 
 def _agent_views_match_bool(table, agents) -> bool:
