@@ -12,10 +12,12 @@ every flow it installed.
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,6 +255,23 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     return True
 
 
+SWITCH_INTERVAL_S = 0.0005
+"""How long another Python thread may keep the GIL from the CA's thread during a run."""
+
+
+@contextmanager
+def prompt_thread_switches(interval: float = SWITCH_INTERVAL_S) -> Iterator[None]:
+    """Let a thread that wakes (the CA's, on an agent's message) take the GIL within
+    ``interval`` instead of CPython's 5 ms: `run`'s display thread parses the event
+    log while links are being made, and each request would wait out its turn."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(min(previous, interval))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
     """Play ``scenario`` on the lab (see ensure_lab); see the module docstring."""
@@ -261,7 +280,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
     events_path = options.events or lab.record.path / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
     try:
-        with CaSession(scenario, lab, events_path) as ca_session:
+        with prompt_thread_switches(), CaSession(scenario, lab, events_path) as ca_session:
             live.phase = "waiting for GNAB agents"
             notify(f"CA listening on {ca_session.address[0]}:{ca_session.address[1]} in "
                    f"{topo.control_netns(options.lab)}; waiting for "

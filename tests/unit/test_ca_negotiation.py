@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 
@@ -21,7 +22,7 @@ from nestednet.ca import mirror as mirror_module
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
-from nestednet.ca.session import describe_negotiation
+from nestednet.ca.session import describe_negotiation, prompt_thread_switches
 from nestednet.model.events import Event, negotiation_summary, percentile, read_events
 from nestednet.model.link_table import InterNodeLinks
 
@@ -728,3 +729,10 @@ def test_agent_polls_its_iphys_without_blocking():
     while (changed := agent.finish_poll()) is None:
         time.sleep(0.01)
     assert changed is False
+
+
+def test_runs_switch_threads_promptly_and_restore_the_interval_after():
+    before = sys.getswitchinterval()
+    with prompt_thread_switches(0.0002):
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+    assert sys.getswitchinterval() == before
