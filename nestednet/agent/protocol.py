@@ -24,7 +24,8 @@ agent that replaces its view with it acts on the CA's state at that step and nev
 on a half-updated one (visibility old, a link already gone), which is what made
 agents ask again for links the CA had just removed. Messages on one connection
 arrive in the order the CA's single thread sent them, so every LINK_OK/LINK_UP
-after a STEP is news on top of it. Within a step iPHYs are only taken, never
+after a STEP is news on top of it; within a batch of decisions the LINK_UPs come before
+the LINK_OKs, and both before the LINK_FAILs. Within a step iPHYs are only taken, never
 freed, so a peer reported full (in STEP or FULL) stays so until the next STEP and
 the agent does not ask it: the CA would refuse it with no_free_iphy.
 """
