@@ -286,7 +286,7 @@ class CommunicationAssistant:
         """Send one message; the mirror of the agent on ``conn`` sees it too."""
         self.server.send(conn, p.encode(kind, **fields))
         mirror = self.mirrors.get(self.sessions.by_conn.get(conn, ""))
-        if mirror is not None:
+        if mirror is not None and kind != p.ERROR:  # an ERROR changes no agent state
             mirror.sent({"type": kind, **fields})
 
     def _to_node(self, node: str, kind: str, **fields: object) -> None:
