@@ -93,6 +93,8 @@ class AgentState:
         peers = [peer for peer in self.visible
                  if peer != self.node and peer not in self.links and peer not in asked
                  and peer not in self.refused]
+        if not peers:
+            return []
         free = self.free_iphys()
         # As link_table.spare_limit: keep one free iPHY for an incoming link while asking.
         limit = max(len(free) - 1, 0 if self.pending else min(len(free), 1))
