@@ -177,6 +177,7 @@ class CommunicationAssistant:
         node = self.sessions.by_conn.pop(conn_id, None)
         if node is not None and self.sessions.by_node.get(node) == conn_id:
             del self.sessions.by_node[node]
+            self.mirrors.pop(node, None)  # its requests on the way will not come
             log.info("agent of %s disconnected; its links stay until visibility says otherwise",
                      node)
 

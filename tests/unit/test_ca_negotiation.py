@@ -445,6 +445,14 @@ def test_a_waiting_request_is_decided_when_its_time_is_up(monkeypatch):
     assert wire.kinds(4) == [p.LINK_OK]
 
 
+def test_nothing_waits_for_an_agent_that_has_gone():
+    ca, _ = _chain()
+    ca.on_disconnect(3)  # d
+    assert "d" not in ca.mirrors
+    ca.on_messages([_req(4, "s", "d", 2)])
+    assert [(lk.src, lk.dst) for lk in ca.table.links()] == [("s", "d")]
+
+
 def test_a_new_step_decides_waiting_requests_on_its_own_visibility():
     """s's request waits for d's (still on its way in the new step); s and d no longer
     see each other, so it is refused at once: no order of decisions would grant it."""
