@@ -138,6 +138,7 @@ class Held:
     conn: int
     msg: dict
     deadline: float
+    arrived: float
 
 
 class CommunicationAssistant:
@@ -191,7 +192,7 @@ class CommunicationAssistant:
                 mirror = self.mirrors.get(msg["src_node"])
                 if mirror is not None and self.sessions.by_conn.get(conn) == msg["src_node"]:
                     mirror.arrived(msg["req_id"], msg["dst_node"], msg["src_iphy"])
-                self._held.append(Held(conn, msg, now + HOLD_S))
+                self._held.append(Held(conn, msg, now + HOLD_S, now))
             else:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
         self._decide_held()
@@ -214,7 +215,8 @@ class CommunicationAssistant:
 
         def decide(held: Held) -> None:
             self._held.remove(held)
-            decided = self._decide(held.conn, held.msg)
+            waited = time.monotonic() - held.arrived
+            decided = self._decide(held.conn, held.msg, waited if waited >= 0.001 else None)
             if decided is not None:
                 accepted.append(decided)
 
@@ -339,7 +341,9 @@ class CommunicationAssistant:
         for peer, full in news.items():
             self._to_node(peer, p.FULL, peers=full)
 
-    def _decide(self, conn: int, msg: dict) -> tuple[int, dict, LinkEnds] | None:
+    def _decide(self, conn: int, msg: dict,
+                waited: float | None = None) -> tuple[int, dict, LinkEnds] | None:
+        """Algorithm 1 on one request; ``waited``: seconds it was held (for the events)."""
         src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
         if self.sessions.by_conn.get(conn) != src:
             self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
@@ -352,7 +356,8 @@ class CommunicationAssistant:
         self._event("link_request", nodes=[src, dst], iphys=[-1 if number is None else number],
                     **{key: msg[field] for key, field in (("agent_step", "step"),
                                                          ("sent_wall", "sent"))
-                       if field in msg})
+                       if field in msg},
+                    **({"held_ms": round(waited * 1000, 3)} if waited is not None else {}))
         mirror = self.mirrors.get(dst)
         claims = {own: peer for iphy, peer in (mirror.asking() if mirror else {}).items()
                   if (own := iphy_number(iphy)) is not None}

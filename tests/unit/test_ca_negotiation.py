@@ -420,8 +420,10 @@ def test_a_request_for_the_iphy_its_destination_is_asking_from_waits_for_that_re
     ca.on_messages([_req(4, "s", "d", 2)])
     assert not [e for e in ca.events.records if e.event == "link_request"]
     assert wire.timers and wire.timers[0][0] <= assistant.HOLD_S
+    time.sleep(0.002)
     ca.on_messages([_req(3, "d", "b", 1)])
     assert not [e for e in ca.events.records if e.event == "link_request"]
+    time.sleep(0.002)
     ca.on_messages([_req(2, "b", "a", 1)])
     assert [(e.event, e.nodes, e.reason) for e in ca.events.records
             if e.event in ("link_request", "link_fail")] == [
@@ -429,6 +431,9 @@ def test_a_request_for_the_iphy_its_destination_is_asking_from_waits_for_that_re
         ("link_fail", ("d", "b"), "no_free_iphy"), ("link_request", ("s", "d"), None)]
     assert {(lk.src, lk.dst) for lk in ca.table.links()} == {("b", "a"), ("s", "d")}
     assert wire.kinds(4) == [p.LINK_OK] and wire.kinds(3)[-1] == p.LINK_FAIL
+    held = {e.nodes: e.extra.get("held_ms") for e in ca.events.records
+            if e.event == "link_request"}
+    assert held[("b", "a")] is None and held[("s", "d")] >= held[("d", "b")] > 0
 
 
 def test_a_waiting_request_is_decided_when_its_time_is_up(monkeypatch):
