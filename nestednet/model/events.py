@@ -197,8 +197,9 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
     ``link_up_latency_ms`` is request -> flows in: from a link_request (its
     ``sent_wall`` when the agent stamped it, else when the CA logged it) to the
     link_up that the same request made (the next link_up of that ordered pair);
-    ``at_ca_ms`` is the same from when the CA logged the request, i.e. without the
-    time it spent on its way to the CA. ``stale_requests`` counts requests made on
+    ``at_ca_ms`` is the same from when the request reached the CA (when it logged
+    it, less ``held_ms``, the time it waited there), i.e. without the time it spent
+    on its way to the CA. ``stale_requests`` counts requests made on
     a step older than the CA's, i.e. that crossed a new step on the way.
     """
     requests = 0
@@ -215,7 +216,9 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
                 stale += 1
             sent = e.extra.get("sent_wall", e.wall_time)
             if _finite(sent) and e.wall_time is not None:
-                asked[ends] = (float(sent), e.wall_time)
+                held = e.extra.get("held_ms", 0)
+                received = e.wall_time - (held / 1000 if _finite(held) else 0)
+                asked[ends] = (float(sent), received)
         elif e.event == LINK_FAIL:
             reason = (e.reason or "unknown").split(":", 1)[0]
             refusals[reason] = refusals.get(reason, 0) + 1

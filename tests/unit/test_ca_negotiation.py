@@ -696,17 +696,21 @@ def test_negotiation_summary_counts_reasons_and_times_requests_to_flows():
         _e("link_request", ("c", "f"), 13.0),
         _e("link_fail", ("c", "f"), 13.1, reason="no_free_iphy"),
         _e("link_up", ("x", "y"), 14.0),  # no request seen (e.g. an earlier run's): ignored
+        # held 50 ms at the CA: its time there counts from arrival, not from the decision
+        _e("link_request", ("g", "h"), 15.060, extra={"sent_wall": 15.0, "held_ms": 50.0}),
+        _e("link_up", ("g", "h"), 15.080),
     ]
     summary = negotiation_summary(events)
-    assert summary["requests"] == 5 and summary["refused"] == 4
+    assert summary["requests"] == 6 and summary["refused"] == 4
     assert summary["refusals"] == {"no_free_iphy": 2, "flow_install_failed": 1,
                                    "mutual_already_won": 1}
     assert list(summary["refusals"]) == ["no_free_iphy", "flow_install_failed",
                                          "mutual_already_won"]
     assert summary["stale_requests"] == 1
-    assert summary["link_up_latency_ms"] == {"count": 1, "p50": 40.0, "p90": 40.0,
-                                             "p99": 40.0}
+    assert summary["link_up_latency_ms"] == {"count": 2, "p50": 40.0, "p90": 80.0,
+                                             "p99": 80.0}
     assert summary["link_up_latency_at_ca_ms"]["p50"] == 30.0
+    assert summary["link_up_latency_at_ca_ms"]["p99"] == 70.0
 
 
 def test_negotiation_summary_of_nothing_and_percentiles():
