@@ -53,6 +53,34 @@ class Datapath:
                 "veth_offloads": self.veth_offloads}
 
 
+@dataclass(frozen=True)
+class VethOffloads:
+    """Whether a lab's veths keep their TX offloads, by the switch they attach to.
+
+    Chosen once at create and kept in the lab record, so a component re-wired later
+    (restart, swap) gets veths like the ones it had.
+    """
+
+    main: bool
+    """Veths on the host's OVS: the main bridge (and a flat node's switch)."""
+    nodes: bool
+    """Veths on a node's internal OVS."""
+
+    @classmethod
+    def choose(cls, kind: str, host_config: dict[str, str]) -> VethOffloads:
+        return cls(from_config(kind, host_config).veth_offloads,
+                   node_datapath(kind).veth_offloads)
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> VethOffloads:
+        """The lab record's choice; labs made before there was one have offloads off."""
+        saved = meta.get("veth_offloads") or {}
+        return cls(bool(saved.get("main", False)), bool(saved.get("nodes", False)))
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"main": self.main, "nodes": self.nodes}
+
+
 def from_config(kind: str, other_config: dict[str, str]) -> Datapath:
     """The datapath of a switch whose Open_vSwitch other_config is ``other_config``."""
     tso = kind == NETDEV and other_config.get(TSO_KEY, "false").lower() == "true"
