@@ -10,12 +10,13 @@ Fastest first (PLATFORM.md, two namespaces through one bridge, iperf3 4 s, 2-cor
 - AF_XDP ports (type=afxdp) measured 2.38 Gbit/s, 1.66 without PMD threads busy-polling
   a core: slower than TSO, so never chosen; doctor only mentions them.
 
-Retransmits on the userspace datapath (with or without TSO) are packets the sending
-veth delivered but ovs-vswitchd never read: its AF_PACKET receive socket has the
-default buffer (net.core.rmem_default, 208 KiB, about three 64 KiB TSO segments) and
-overflows while the single polling thread is busy. Seen here: 21 % of packets without
-TSO and 13 % with TSO entered the veth (kernel counters) but never left through the
-other port, with no error or drop counter anywhere in OVS or on the links.
+Retransmits on the userspace datapath (with or without TSO) are packets lost inside
+ovs-vswitchd. Seen here: 21 % of packets without TSO and 13 % with TSO entered the
+OVS-side veth (kernel link counters) but never left through the other port, with no
+error or drop counter on the links or in OVS and no failed sendmmsg (strace). Most
+likely its AF_PACKET receive sockets overflow: they keep the default buffer
+(net.core.rmem_default, 208 KiB, about three 64 KiB TSO segments) while the one polling
+thread is busy; this kernel does not let a namespace raise it.
 
 The host's OVS belongs to the user: NestedNet reads its TSO setting and never changes it
 (scripts/setup sets it only when it starts OVS itself). Each node's internal OVS belongs
