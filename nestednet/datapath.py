@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nestednet.adapters.ovsdb import Ovsdb
-
 SYSTEM = "system"
 NETDEV = "netdev"
 TSO_KEY = "userspace-tso-enable"
@@ -55,10 +53,6 @@ class Datapath:
             return "kernel datapath (openvswitch module)"
         return "userspace datapath (netdev) " + ("with TSO" if self.userspace_tso
                                                 else "without TSO")
-
-    def as_dict(self) -> dict:
-        return {"kind": self.kind, "userspace_tso": self.userspace_tso,
-                "veth_offloads": self.veth_offloads}
 
 
 @dataclass(frozen=True)
@@ -98,14 +92,6 @@ def from_config(kind: str, other_config: dict[str, str]) -> Datapath:
 def node_datapath(kind: str) -> Datapath:
     """A node's internal OVS: the node parent starts it with userspace TSO on."""
     return Datapath(kind, kind == NETDEV)
-
-
-def host_datapath(kind: str) -> Datapath:
-    """The host's OVS as it is configured now (never changed here)."""
-    if kind == SYSTEM:
-        return Datapath(SYSTEM)
-    with Ovsdb() as ovs:
-        return from_config(kind, ovs.switch_config())
 
 
 def advice(host: Datapath, iface_types: list[str]) -> str:
