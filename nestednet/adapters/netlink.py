@@ -1,7 +1,7 @@
 """Thin adapter over pyroute2: namespaces, veth pairs, addresses, offloads.
 
-Two platform facts shape it (PLATFORM.md): with the userspace OVS datapath, TCP over
-a veth stalls unless TX checksum offload is off on both ends, and a child container's
+Two platform facts shape it (PLATFORM.md): with the userspace OVS datapath without
+TSO, TCP over a veth stalls unless TX checksum offload is off on both ends, and a child container's
 network namespace is reached through its *host* pid. Offloads are switched off with
 pyroute2's ethtool ioctls while both ends are still in the host namespace (features
 survive a move between namespaces), then each end moves to its namespace and is
@@ -134,8 +134,12 @@ def tx_checksum_off(ifname: str) -> None:
         tool.close()
 
 
-def add_veth(ipr: IPRoute, a: str, b: str) -> None:
-    """A veth pair a<->b in the host namespace, TX checksum offload off on both ends."""
+def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False) -> None:
+    """A veth pair a<->b in the host namespace.
+
+    TX checksum offload is switched off on both ends unless ``offloads``: a userspace
+    OVS without TSO needs that for TCP to pass (nestednet.datapath.Datapath.veth_offloads).
+    """
     try:
         ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
     except NetlinkError as exc:
@@ -143,8 +147,9 @@ def add_veth(ipr: IPRoute, a: str, b: str) -> None:
             raise EnvironmentProblem(f"cannot create veth {a}/{b}: an interface with that "
                                      "name exists already (not made by this lab)") from exc
         raise
-    tx_checksum_off(a)
-    tx_checksum_off(b)
+    if not offloads:
+        tx_checksum_off(a)
+        tx_checksum_off(b)
 
 
 def move(ipr: IPRoute, ifname: str, target: str | int, new_name: str | None = None) -> None:

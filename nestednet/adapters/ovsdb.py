@@ -97,6 +97,18 @@ class Ovsdb:
         rows = self.api.db_list("Open_vSwitch", columns=["ovs_version"]).execute(check_error=True)
         return str(rows[0].get("ovs_version") or "unknown") if rows else "unknown"
 
+    def switch_config(self) -> dict[str, str]:
+        """The Open_vSwitch row's other_config (global ovs-vswitchd settings)."""
+        rows = self.api.db_list("Open_vSwitch", columns=["other_config"]).execute(
+            check_error=True)
+        return dict(rows[0].get("other_config") or {}) if rows else {}
+
+    def iface_types(self) -> list[str]:
+        """Interface types this ovs-vswitchd supports (e.g. afxdp, internal, tap)."""
+        rows = self.api.db_list("Open_vSwitch", columns=["iface_types"]).execute(
+            check_error=True)
+        return sorted(rows[0].get("iface_types") or []) if rows else []
+
     def add_bridge(self, name: str, *, datapath_type: str, external_ids: Mapping[str, str],
                    protocols: tuple[str, ...] = ("OpenFlow13",),
                    fail_mode: str = "secure",

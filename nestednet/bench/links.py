@@ -82,6 +82,7 @@ def _trial(bench: Bench, lab, plan, scope: str, conns: int, seconds: float,
         for pair in pairs])
     return {"pairs": [f"{p[0]}:{p[1]}->{p[2]}:{p[3]}" for p in pairs],
             "gbps": [r["bps"] / 1e9 for r in runs],
+            "retransmits": [r.get("retransmits") for r in runs],
             "rtt_ms": [p["avg_ms"] for p in pings],
             "rtt_min_ms": [p["min_ms"] for p in pings],
             "ping_received": [p["received"] for p in pings]}
@@ -94,6 +95,8 @@ def condense(trials: list[dict]) -> dict:
     mins = [r for t in trials for r in t.get("rtt_min_ms", []) if r is not None]
     return {"per_connection_gbps": summary(per_conn), "aggregate_gbps": summary(aggregate),
             "rtt_ms": summary(rtts), "rtt_min_ms": summary(mins),
+            "retransmits": summary([r for t in trials for r in t.get("retransmits", [])
+                                    if r is not None]),
             "ping_loss": sum(1 for t in trials for r in t["rtt_ms"] if r is None)}
 
 
@@ -129,7 +132,8 @@ def markdown(result: dict) -> str:
              "Paper columns: averages (Table II intra, Table III inter).", "",
              "| path | conns | nested Gbit/s per conn | flat Gbit/s per conn | "
              "paper nested / flat Gbit/s | nested RTT ms avg (min) | flat RTT ms avg (min) | "
-             "paper nested / flat ms |", "|---|---|---|---|---|---|---|---|"]
+             "paper nested / flat ms | retransmits per conn nested / flat |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for scope in SCOPES:
         for conns in p["connections"]:
             key = f"{scope}_{conns}"
@@ -137,11 +141,16 @@ def markdown(result: dict) -> str:
             pc = ref["cells"].get(scope, {}).get(str(conns), {})
             lines.append(f"| {scope} | {conns} | {cell(n['per_connection_gbps']['median'], 3)} | "
                          f"{cell(f['per_connection_gbps']['median'], 3)} | "
-                         f"{_pair(pc, 'gbps')} | {_rtt(n)} | {_rtt(f)} | {_pair(pc, 'ms')} |")
+                         f"{_pair(pc, 'gbps')} | {_rtt(n)} | {_rtt(f)} | {_pair(pc, 'ms')} | "
+                         f"{_retrans(n)} / {_retrans(f)} |")
     lines += ["", verdict(result),
               f"Paper: {ref['source']} ({ref['note']}).",
               *(f"- {n}" for n in result["notes"]), ""]
     return "\n".join(lines)
+
+
+def _retrans(measured: dict) -> str:
+    return cell(measured.get("retransmits", {}).get("median"), 0)
 
 
 def _pair(cells: dict, unit: str) -> str:

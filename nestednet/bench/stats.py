@@ -58,8 +58,9 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict:
 def parse_iperf(text: str) -> dict:
     """iperf3 -J output: received throughput and the per-interval series.
 
-    Returns bps (receiver side, as the paper's tables), start (Unix time the test
-    started) and intervals [(start_s, end_s, bps), ...] relative to that start.
+    Returns bps (receiver side, as the paper's tables), the sender's TCP retransmits
+    (None where iperf3 cannot read them), start (Unix time the test started) and
+    intervals [(start_s, end_s, bps), ...] relative to that start.
     """
     try:
         data = json.loads(text)
@@ -71,7 +72,9 @@ def parse_iperf(text: str) -> dict:
     received = end.get("sum_received") or end.get("sum") or {}
     intervals = [(float(i["sum"]["start"]), float(i["sum"]["end"]),
                   float(i["sum"]["bits_per_second"])) for i in data.get("intervals", [])]
+    sent = end.get("sum_sent") or {}
     return {"bps": float(received.get("bits_per_second", 0.0)),
+            "retransmits": (int(sent["retransmits"]) if "retransmits" in sent else None),
             "start": float(data.get("start", {}).get("timestamp", {}).get("timesecs", 0)),
             "streams": int(data.get("start", {}).get("test_start", {}).get("num_streams", 1)),
             "intervals": intervals}

@@ -12,7 +12,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from nestednet import LABEL_PREFIX
+from nestednet import LABEL_PREFIX, datapath
 from nestednet.adapters import ovsdb
 from nestednet.capabilities.check import Check
 from nestednet.errors import EnvironmentProblem
@@ -170,10 +170,18 @@ def ovs_datapath() -> str:
 
 
 def datapath_check() -> Check:
-    dp = ovs_datapath()
-    if dp == "system":
-        return Check("datapath", True, "kernel datapath (openvswitch module)",
+    """What the main bridge and the nodes' bridges run on, and what would be faster."""
+    kind = ovs_datapath()
+    node = datapath.node_datapath(kind)
+    try:
+        with ovsdb.Ovsdb(timeout=5) as ovs:
+            host = datapath.from_config(kind, ovs.switch_config())
+            iface_types = ovs.iface_types()
+    except Exception as exc:  # OVS down: the ovs line says so; report the kernel side only
+        return Check("datapath", kind == "system", f"{kind}; host OVS not readable ({exc})",
                      needed_for_create=True)
-    return Check("datapath", True,
-                 "userspace datapath only (netdev; no openvswitch kernel module)",
+    detail = f"main bridge: {host.describe()}; node bridges: {node.describe()}"
+    if kind == "netdev":
+        detail += " (no openvswitch kernel module)"
+    return Check("datapath", True, detail, datapath.advice(host, iface_types),
                  needed_for_create=True)

@@ -20,6 +20,7 @@ from nestednet import images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import ovs_datapath
+from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 from nestednet.lab import designs, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
@@ -82,11 +83,13 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
         _check_free(request.lab, record, client, host_ovs, shape)
         record.claim()
         datapath = ovs_datapath()
+        offloads = VethOffloads.choose(datapath, host_ovs.switch_config())
         meta = initial_meta(request, shape, plan, datapath, design.parent_security(client),
-                            kind=design.kind)
+                            kind=design.kind, veth_offloads=offloads.as_dict())
         record.write_meta(meta)
         clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
-        build = Build(request, shape, plan, record, client, host_ovs, datapath, clock, notify)
+        build = Build(request, shape, plan, record, client, host_ovs, datapath, offloads, clock,
+                      notify)
         try:
             design.prepare(build)
             with clock.span(LAB_PHASE):

@@ -29,6 +29,7 @@ import docker.errors
 
 from nestednet import LABEL_PREFIX
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.lab.record import LabRecord
@@ -99,6 +100,7 @@ class Build:
     client: docker.DockerClient
     host_ovs: Ovsdb
     datapath: str
+    offloads: VethOffloads
     clock: PhaseClock
     notify: Notify
     cancelled: threading.Event = field(default_factory=threading.Event)

@@ -240,7 +240,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
     with netlink.route() as host:
         for index in range(plan.shape.iphys + 1):
             port, inside = veth("intra-parent", index), veth("intra-child", index)
-            netlink.add_veth(host, port, inside)
+            netlink.add_veth(host, port, inside, offloads=build.offloads.main)
             build.record.add(VETH, port)
             netlink.move(host, inside, pid, intra_if(index))
             netlink.up(host, port)
@@ -248,7 +248,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
             build.host_ovs.add_port(switch, port, external_ids=comp_ids)
             if index == 0:
                 outer, inside = veth("control-host", 0), veth("control-child", 0)
-                netlink.add_veth(host, outer, inside)
+                netlink.add_veth(host, outer, inside, offloads=True)
                 build.record.add(VETH, outer)
                 netlink.move(host, inside, pid, CONTROL_IF)
                 netlink.move(host, outer, topo.control_netns(lab))
@@ -256,7 +256,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
                     netlink.configure(ctl, outer, master=topo.control_bridge(lab))
             else:
                 outer, inside = veth("inter-host", index), veth("inter-child", index)
-                netlink.add_veth(host, outer, inside)
+                netlink.add_veth(host, outer, inside, offloads=build.offloads.main)
                 build.record.add(VETH, outer)
                 netlink.move(host, inside, pid, inter_if(index))
                 netlink.up(host, outer)

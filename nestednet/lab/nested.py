@@ -25,6 +25,7 @@ from nestednet.capabilities.nodes import (
     PARENT_PRIVILEGED_OPTIONS,
     parent_security_mode,
 )
+from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import node_image, wiring
 from nestednet.lab.design import (
@@ -106,7 +107,7 @@ class NestedDesign(NodeDesign):
                                     external_ids={LAB_ID: lab}, fail_mode="standalone")
                 pids = netlink.host_pids(parent_pid, list(children.values()))
                 handles = NodeHandles(lab, node, parent_pid, node_ovs, build.host_ovs,
-                                      build.plan, build.record)
+                                      build.plan, build.record, build.offloads)
                 for index, inner_pid in children.items():
                     try:
                         wire_component(handles, index, pids[inner_pid])
@@ -194,7 +195,8 @@ class NestedDesign(NodeDesign):
         with (Ovsdb(f"unix:{lab.state_dir(number)}/ovs/db.sock") as node_ovs,
               Ovsdb() as host_ovs):
             handles = wiring.NodeHandles(lab.record.lab, number, parent_pid, node_ovs,
-                                         host_ovs, plan, lab.record)
+                                         host_ovs, plan, lab.record,
+                                         VethOffloads.from_meta(lab.meta))
             wiring.unwire_component(handles, index)
             pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
             wiring.wire_component(handles, index, pid)

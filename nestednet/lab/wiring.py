@@ -2,7 +2,8 @@
 
 Used when a node is built and again when a restarted component comes back with a
 fresh network namespace (its old veths died with the old one). Each veth pair is
-made in the host namespace with TX checksum offload off on both ends, then each end
+made in the host namespace (TX offloads on or off as the switch it joins needs:
+nestednet.datapath.VethOffloads; the control link joins a Linux bridge, so on), then each end
 moves (and is renamed) into its namespace; the end that moves last is recorded, so
 a crash mid-way leaves nothing unrecorded in the host namespace.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.datapath import VethOffloads
 from nestednet.lab.record import VETH, LabRecord
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan
@@ -31,6 +33,7 @@ class NodeHandles:
     host_ovs: Ovsdb
     plan: AddressPlan
     record: LabRecord
+    offloads: VethOffloads
 
 
 def _ids(handles: NodeHandles, component: int) -> dict[str, str]:
@@ -47,20 +50,20 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
 
     intra_parent, intra_child = name("intra-parent"), name("intra-child")
     with netlink.route() as host:
-        netlink.add_veth(host, intra_parent, intra_child)
+        netlink.add_veth(host, intra_parent, intra_child, offloads=h.offloads.nodes)
         h.record.add(VETH, intra_parent)
         netlink.move(host, intra_child, child_pid, topo.CHILD_INTRA_IF)
         netlink.move(host, intra_parent, h.parent_pid)
         if component == 0:
             outer, outer_child = name("control-host"), name("control-child")
-            netlink.add_veth(host, outer, outer_child)
+            netlink.add_veth(host, outer, outer_child, offloads=True)
             h.record.add(VETH, outer)
             netlink.move(host, outer_child, child_pid, topo.CHILD_CONTROL_IF)
             netlink.move(host, outer, topo.control_netns(lab))
             outer_address = h.plan.control_address(node)
         else:
             outer, outer_child = name("inter-host"), name("inter-child")
-            netlink.add_veth(host, outer, outer_child)
+            netlink.add_veth(host, outer, outer_child, offloads=h.offloads.main)
             h.record.add(VETH, outer)
             netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
             netlink.up(host, outer)

@@ -94,6 +94,8 @@ def test_parse_iperf_real_output():
     assert parsed["start"] > 1.6e9
     assert len(parsed["intervals"]) >= 2
     assert all(e > s for s, e, _ in parsed["intervals"])
+    assert parsed["retransmits"] == json.loads(
+        (DATA / "iperf3-loopback-2s.json").read_text())["end"]["sum_sent"]["retransmits"]
 
 
 def test_parse_iperf_error_and_garbage():
