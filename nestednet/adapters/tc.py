@@ -4,7 +4,8 @@ and reads the kernel's tc state back.
 Thin on purpose: it knows pyroute2's call shapes and the kernel's answers, not
 links. It only ever touches the root qdisc with the shaping tree's handle (1:) on the
 ports it is given; a port whose root qdisc is someone else's is refused, not
-replaced. Its messages still speak of linkemu, its only user so far.
+replaced. Its users are linkemu and the labs' inter-node links (nestednet.lab.shaping);
+``owner`` names the caller in messages.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ def _run(ipr: IPRoute, index: int, op: TcOp) -> None:
             f"{os.strerror(exc.code)} ({op.what})") from exc
 
 
-def check_ports(netns: str | None, ports: Sequence[str], ours: Sequence[str]) -> dict[str, str]:
+def check_ports(netns: str | None, ports: Sequence[str], ours: Sequence[str],
+                owner: str = "linkemu") -> dict[str, str]:
     """Root qdisc kind per port; refuse ports whose root belongs to someone else.
 
-    ``ours`` lists ports where the state file says linkemu's tree is installed.
+    ``ours`` lists ports where the caller's records say its tree is installed.
     """
     found = {}
     with rtnl(netns) as ipr:
@@ -100,7 +102,7 @@ def check_ports(netns: str | None, ports: Sequence[str], ours: Sequence[str]) ->
             if handle != 0 and not (handle == OUR_ROOT and port in ours):
                 raise EnvironmentProblem(
                     f"{port} already has a root qdisc {kind} {handle_str(handle)} that "
-                    "linkemu did not make; not replacing it",
+                    f"{owner} did not make; not replacing it",
                     hint=f"remove it first if it is stale (tc qdisc del dev {port} root)")
             found[port] = kind
     return found
