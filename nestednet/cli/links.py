@@ -60,19 +60,15 @@ def _given(rate: str | None, delay: str | None, jitter: str | None,
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _lab(lab: str):
+def _open(lab: str, mode: str):
+    """(the lab's links, its shaper, the shaping module) for one command."""
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
+    from nestednet.lab import shaping
     from nestednet.lab.links import LabLinks
     from nestednet.lab.nodes import Lab
 
     record = Lab.open(lab).record
-    return record, LabLinks.of(record)
-
-
-def _shaper(record: Any, mode: str):
-    from nestednet.lab.shaping import lab_shaper
-
-    return lab_shaper(record, mode)
+    return LabLinks.of(record), shaping.lab_shaper(record, mode), shaping
 
 
 @link.command("add")
@@ -83,13 +79,11 @@ def _shaper(record: Any, mode: str):
 def add(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: str | None,
         loss: str | None, shaping: str) -> None:
     """Link endpoint A (NODE:IPHY) to endpoint B, shaped alike in both directions."""
-    from nestednet.lab.shaping import add_link
-
     given = _given(rate, delay, jitter, loss)
     properties = _properties(given) if given else None
-    record, links = _lab(lab)
+    links, shaper, lib = _open(lab, shaping)
     ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
-    made = add_link(links, _shaper(record, shaping), *ends, properties)
+    made = lib.add_link(links, shaper, *ends, properties)
     info = links.describe(made)
     shaped = f", {properties.describe()} each way" if properties is not None else ""
     out_console.print(f"linked {info['a']} ({info['a_address']}) <-> {info['b']} "
@@ -109,15 +103,13 @@ def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: 
 
     Only the options given change; the rest keep their configured values.
     """
-    from nestednet.lab.shaping import set_link
-
     given = _given(rate, delay, jitter, loss)
     if not given:
         raise UsageError("nothing to set", hint="give --rate, --delay, --jitter or --loss")
     _properties(given)
-    record, links = _lab(lab)
+    links, shaper, lib = _open(lab, shaping)
     ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
-    changed = set_link(links, _shaper(record, shaping), *ends, given, which)
+    changed = lib.set_link(links, shaper, *ends, given, which)
     for d in changed:
         out_console.print(f"{d.name}: {d.properties.describe()}")
     if not changed:
@@ -130,11 +122,9 @@ def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: 
 @click.argument("b")
 def delete(lab: str, a: str, b: str) -> None:
     """Remove the link between A and B (flows first, then its shaping)."""
-    from nestednet.lab.shaping import delete_link
-
-    record, links = _lab(lab)
+    links, shaper, lib = _open(lab, FULL)
     ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
-    gone = delete_link(links, _shaper(record, FULL), *ends)
+    gone = lib.delete_link(links, shaper, *ends)
     out_console.print(f"unlinked {gone[0]} <-> {gone[1]}")
 
 
@@ -143,10 +133,8 @@ def delete(lab: str, a: str, b: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(lab: str, as_json: bool) -> None:
     """List the links on the main bridge: configured properties beside the kernel's."""
-    from nestednet.lab.shaping import list_links
-
-    record, links = _lab(lab)
-    rows = list_links(links, _shaper(record, FULL))
+    links, shaper, lib = _open(lab, FULL)
+    rows = lib.list_links(links, shaper)
     if as_json:
         print_json(rows)
         return

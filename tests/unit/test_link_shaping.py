@@ -1,0 +1,77 @@
+"""The pure half of shaping a lab's links: filterless port trees, in-place changes and the
+full/rate-only policy (what a kernel without sch_netem may do)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nestednet.errors import UsageError
+from nestednet.model import tcplan
+from nestednet.model.link_properties import LinkProperties
+from nestednet.model.shaping_policy import FULL, RATE_ONLY, ShapingPolicy
+from nestednet.model.tcplan import LinkShape
+
+pytestmark = pytest.mark.unit
+
+
+def test_port_tree_has_no_filters_and_defaults_to_the_leaf():
+    ops = tcplan.port_tree_ops("p", "a->b", LinkShape(20_000_000, 5000, 1000, 0.5))
+    assert [op.kind for op in ops] == ["htb", "htb", "htb", "netem"]
+    assert not [op for op in ops if op.command == "add-filter"]
+    root, _ceiling, leaf, netem = ops
+    assert root.params["default"] == tcplan.FIRST_LEAF
+    assert leaf.handle == tcplan.leaf_class(0) and leaf.params["rate"] == 20_000_000 // 8
+    assert netem.params == {"parent": leaf.handle, "delay": 5000, "jitter": 1000, "loss": 0.5,
+                            "limit": 1000}
+
+
+def test_port_tree_rate_only_has_no_netem_and_refuses_delay():
+    ops = tcplan.port_tree_ops("p", "a->b", LinkShape(5_000_000), netem=False)
+    assert [op.kind for op in ops] == ["htb"] * 3
+    with pytest.raises(ValueError, match="netem"):
+        tcplan.port_tree_ops("p", "a->b", LinkShape(5_000_000, 1000), netem=False)
+
+
+def test_netem_limit_follows_the_bandwidth_delay_product():
+    shape = LinkShape(1_000_000_000, 50_000)
+    netem = tcplan.port_tree_ops("p", "x", shape)[-1]
+    assert netem.params["limit"] == tcplan.netem_limit(shape) > 1000
+
+
+def test_leaf_change_touches_only_what_changed():
+    old = LinkShape(20_000_000, 5000)
+    assert tcplan.leaf_change_ops("p", "htb", 0, "x", old, old) == []
+    rate = tcplan.leaf_change_ops("p", "htb", 0, "x", old, old.with_changes(rate_bps=5_000_000))
+    assert [(op.command, op.handle) for op in rate] == [("change-class", "1:10")]
+    delay = tcplan.leaf_change_ops("p", "htb", 0, "x", old, old.with_changes(delay_us=9000))
+    assert [(op.command, op.kind, op.handle) for op in delay] == [("change", "netem", "10:0")]
+    assert delay[0].params["limit"] == 1000  # the full set: pyroute2's change resets the rest
+
+
+def test_full_policy_without_netem_names_the_missing_module():
+    policy = ShapingPolicy.choose(FULL, netem_available=False)
+    policy.check(LinkProperties(rate_bps=1_000_000), "x")  # rate alone: HTB does it
+    with pytest.raises(UsageError, match="delay, loss need sch_netem") as caught:
+        policy.check(LinkProperties(delay_us=1000, loss_pct=1.0), "steps[2] a->b")
+    assert "steps[2] a->b" in str(caught.value) and "rate-only" in caught.value.hint
+    assert caught.value.exit_code == 2
+
+
+def test_rate_only_policy_drops_netem_properties_and_says_so():
+    policy = ShapingPolicy.choose(RATE_ONLY, netem_available=True)
+    props = LinkProperties(rate_bps=2_000_000, delay_us=3000, loss_pct=1.0)
+    policy.check(props, "x")
+    assert policy.shape(props) == LinkShape(2_000_000)
+    assert policy.dropped(props) == ("delay", "loss")
+
+
+def test_full_policy_keeps_everything_and_unlimited_rate_is_the_line_rate():
+    policy = ShapingPolicy.choose(FULL, netem_available=True)
+    props = LinkProperties(delay_us=3000, jitter_us=100)
+    assert policy.shape(props) == LinkShape(tcplan.LINE_RATE_BPS, 3000, 100, 0.0)
+    assert policy.dropped(props) == ()
+
+
+def test_unknown_mode_is_a_usage_error():
+    with pytest.raises(UsageError):
+        ShapingPolicy.choose("fast", True)
