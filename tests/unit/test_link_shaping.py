@@ -75,3 +75,48 @@ def test_full_policy_keeps_everything_and_unlimited_rate_is_the_line_rate():
 def test_unknown_mode_is_a_usage_error():
     with pytest.raises(UsageError):
         ShapingPolicy.choose("fast", True)
+
+
+def _run_shaping(tmp_path, doc: dict, netem: bool, mode: str = FULL):
+    from nestednet.ca.link_shaping import RunShaping
+    from nestednet.lab.record import LabRecord
+    from nestednet.lab.shaping import LabShaper
+    from nestednet.model import topology as topo
+    from nestednet.model.link_resolver import LinkResolver
+    from nestednet.model.scenario_file import parse_scenario
+
+    record = LabRecord("u", tmp_path)
+    record.claim()
+    shaper = LabShaper(record, ShapingPolicy.choose(mode, netem))
+    return RunShaping(LinkResolver(parse_scenario(doc, "inline")), shaper,
+                      lambda node, iphy: topo.Endpoint(int(node[1:]), 1), "u")
+
+
+SCENARIO = {"format": "nestednet-scenario/1", "duration": 4, "iphys": 1,
+            "nodes": [{"name": "n1"}, {"name": "n2"}, {"name": "n3"}],
+            "steps": [{"time": 0, "visible": [["n1", "n2"]],
+                       "links": [{"between": ["n1", "n2"], "rate": "5Mbit"}]},
+                      {"time": 2, "visible": [["n1", "n2"], ["n2", "n3"]],
+                       "links": [{"from": "n2", "to": "n3", "delay": "4ms"}]}]}
+
+
+def test_run_check_names_the_step_and_direction_needing_netem(tmp_path):
+    shaping = _run_shaping(tmp_path, SCENARIO, netem=False)
+    with pytest.raises(UsageError, match=r"steps\[1\] n2->n3: delay needs sch_netem"):
+        shaping.check()
+
+
+def test_run_check_in_rate_only_mode_reports_what_it_leaves_out(tmp_path):
+    shaping = _run_shaping(tmp_path, SCENARIO, netem=False, mode=RATE_ONLY)
+    assert shaping.check() == {"mode": RATE_ONLY, "netem": False, "shaper": "htb",
+                               "dropped": ["delay"]}
+
+
+def test_pairs_a_model_cannot_link_are_not_linkable(tmp_path):
+    doc = {"format": "nestednet-scenario/1", "duration": 1, "iphys": 1, "length_unit": "km",
+           "link_model": {"model": "laser", "params": {"rate": "1Gbit", "range_m": 5e6}},
+           "nodes": [{"name": "n1"}, {"name": "n2"}, {"name": "n3"}],
+           "steps": [{"time": 0, "positions": {"n1": [0, 0], "n2": [3000, 0], "n3": [0, 9000]},
+                      "visible": [["n1", "n2"], ["n1", "n3"]]}]}
+    shaping = _run_shaping(tmp_path, doc, netem=True)
+    assert shaping.linkable(0, [("n1", "n2"), ("n1", "n3")]) == [("n1", "n2")]
