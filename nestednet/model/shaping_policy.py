@@ -33,12 +33,15 @@ class ShapingPolicy:
 
     mode: str = FULL
     netem: bool = True
+    keep_order: bool = False
+    """Jitter without reordering (netem paced at the link rate; tcplan.netem_params)."""
 
     @classmethod
-    def choose(cls, mode: str, netem_available: bool) -> ShapingPolicy:
+    def choose(cls, mode: str, netem_available: bool, *,
+               keep_order: bool = False) -> ShapingPolicy:
         if mode not in MODES:
             raise UsageError(f"unknown shaping mode {mode!r} (choose from {', '.join(MODES)})")
-        return cls(mode, netem_available and mode == FULL)
+        return cls(mode, netem_available and mode == FULL, keep_order)
 
     def check(self, properties: LinkProperties, where: str) -> None:
         """Refuse properties this policy cannot emulate (UsageError naming sch_netem)."""
@@ -64,7 +67,9 @@ class ShapingPolicy:
         rate = properties.rate_bps if properties.rate_bps is not None else LINE_RATE_BPS
         if not self.netem:
             return LinkShape(rate)
-        return LinkShape(rate, properties.delay_us, properties.jitter_us, properties.loss_pct)
+        return LinkShape(rate, properties.delay_us, properties.jitter_us, properties.loss_pct,
+                         self.keep_order)
 
     def as_dict(self) -> dict[str, object]:
-        return {"mode": self.mode, "netem": self.netem, "shaper": SHAPER}
+        return {"mode": self.mode, "netem": self.netem, "shaper": SHAPER,
+                "keep_order": self.keep_order}

@@ -67,6 +67,8 @@ class LinkShape:
     delay_us: int = 0
     jitter_us: int = 0
     loss_pct: float = 0.0
+    keep_order: bool = False
+    """netem keeps packets in order despite jitter (see `netem_params`)."""
 
     def with_changes(self, **changes: int | float) -> LinkShape:
         return replace(self, **changes)
@@ -146,9 +148,19 @@ def netem_limit(shape: LinkShape) -> int:
 
 
 def netem_params(shape: LinkShape) -> dict[str, Any]:
-    """The full netem parameter set: pyroute2's change resets whatever is left out."""
-    return {"delay": shape.delay_us, "jitter": shape.jitter_us, "loss": shape.loss_pct,
-            "limit": netem_limit(shape)}
+    """The full netem parameter set: pyroute2's change resets whatever is left out.
+
+    ``keep_order`` also gives netem the link's rate: with a rate set, netem schedules
+    each packet no earlier than the one before it (the queue's last send time is its
+    reference point), so jitter delays packets but never reorders them. The cost is
+    one packet's serialisation time at that rate, spent again in netem (HTB already
+    paces at the same rate, so netem never becomes the bottleneck).
+    """
+    params: dict[str, Any] = {"delay": shape.delay_us, "jitter": shape.jitter_us,
+                              "loss": shape.loss_pct, "limit": netem_limit(shape)}
+    if shape.keep_order:
+        params["rate"] = min(bytes_per_s(shape.rate_bps), HFSC_MAX_BYTES_PER_S)
+    return params
 
 
 def htb_burst(rate_bps: int) -> int:

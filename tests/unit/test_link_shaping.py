@@ -109,7 +109,7 @@ def test_run_check_names_the_step_and_direction_needing_netem(tmp_path):
 def test_run_check_in_rate_only_mode_reports_what_it_leaves_out(tmp_path):
     shaping = _run_shaping(tmp_path, SCENARIO, netem=False, mode=RATE_ONLY)
     assert shaping.check() == {"mode": RATE_ONLY, "netem": False, "shaper": "htb",
-                               "dropped": ["delay"]}
+                               "keep_order": False, "dropped": ["delay"]}
 
 
 def test_pairs_a_model_cannot_link_are_not_linkable(tmp_path):
@@ -120,3 +120,12 @@ def test_pairs_a_model_cannot_link_are_not_linkable(tmp_path):
                       "visible": [["n1", "n2"], ["n1", "n3"]]}]}
     shaping = _run_shaping(tmp_path, doc, netem=True)
     assert shaping.linkable(0, [("n1", "n2"), ("n1", "n3")]) == [("n1", "n2")]
+
+
+def test_keep_order_paces_netem_at_the_link_rate():
+    policy = ShapingPolicy.choose(FULL, True, keep_order=True)
+    netem = tcplan.port_tree_ops("p", "x", policy.shape(LinkProperties(20_000_000, 10_000,
+                                                                       5_000)))[-1]
+    assert netem.params["rate"] == 20_000_000 // 8 and netem.params["jitter"] == 5_000
+    plain = tcplan.netem_params(LinkShape(20_000_000, 10_000, 5_000))
+    assert "rate" not in plain
