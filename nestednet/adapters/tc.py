@@ -34,6 +34,26 @@ OFFLOADS = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-generic-segmentat
 """TSO/GSO/GRO turned off: shapers and netem would otherwise see 64 KB super-packets."""
 
 
+def _netem_rate_shim() -> None:
+    """Let netem take a ``rate`` (tcplan's keep-order mode) through pyroute2 0.9.
+
+    pyroute2 puts a ``rate`` keyword into netem's TCA_OPTIONS (right) and leaves it in
+    the request too, where it is encoded as the qdisc's TCA_RATE estimator and fails
+    ("object of type 'int' has no len()"). Its HTB, TBF and classifier plugins drop
+    it in ``fix_request``; netem has none, so it gets the same one line.
+    """
+    from pyroute2.netlink.rtnl.tcmsg import sched_netem
+
+    if not hasattr(sched_netem, "fix_request"):
+        def fix_request(request: dict) -> None:
+            request.pop("rate", None)
+
+        sched_netem.fix_request = fix_request  # type: ignore[attr-defined]
+
+
+_netem_rate_shim()
+
+
 def handle_int(handle: str | int) -> int:
     if isinstance(handle, int):
         return handle
