@@ -449,18 +449,18 @@ class CommunicationAssistant:
                 step, (tuple(sorted(pair)) for pair in seen))}
         self._visible_since = {pair: self._visible_since.get(pair, now) for pair in pairs}
         lost = self.table.set_visibility(tuple(sorted(pair)) for pair in pairs)
-        if lost:
-            ends = [ends_of(link) for link in lost]
+        ends = [ends_of(link) for link in lost]
+        if ends:
             self.installer.remove(ends)
-            if self.shaping is not None:
-                self.shaping.down(ends)
             self.progress.last_change = time.monotonic()
             for link in ends:
                 self.progress.links_down += 1
                 self._event("link_down", nodes=[link.a, link.b], iphys=link.numbers(),
                             latency_ms=round((time.monotonic() - now) * 1000, 3))
         if self.shaping is not None:
+            # Links that stay up first: their traffic flows; lost links' flows are gone.
             self._update_shaping(now)
+            self.shaping.down(ends)
         self.visible = {node: [] for node in self.node_ids}
         for pair in pairs:
             a, b = sorted(pair)

@@ -76,6 +76,7 @@ class LabShaper:
         self._lock = threading.Lock()
         self._recorded = {r.name for r in record.resources() if r.kind == TC_ROOT}
         self._state: dict[str, dict[str, Any]] = _load(self.state_file)
+        self._offloads_off: set[str] = set()
 
     @property
     def state_file(self) -> Path:
@@ -105,12 +106,16 @@ class LabShaper:
                 if port not in self._recorded:
                     self.record.add(TC_ROOT, port)
                     self._recorded.add(port)
-            tc.check_ports(None, ports, ours=list(self._recorded), owner="nestednet")
-            tc.disable_offloads(None, [p for p in ports if p not in self._state])
+            tc.disable_offloads(None, [p for p in ports if p not in self._offloads_off])
+            self._offloads_off.update(ports)
             ops = [op for d in directions
                    for op in tcplan.port_tree_ops(d.port, d.name, self.policy.shape(d.properties),
                                                   SHAPER, netem=self.policy.netem)]
-            tc.apply(ops, None, ports)
+            if any(p in self._state for p in ports):
+                tc.check_ports(None, ports, ours=list(self._recorded), owner="nestednet")
+                tc.apply(ops, None, ports)
+            else:
+                tc.build(ops, None, ports, list(self._recorded), "nestednet")
             for d in directions:
                 self._state[d.port] = self._entry(d)
             self._save()
@@ -150,7 +155,7 @@ class LabShaper:
         """Remove the trees on ``ports`` (after the link's flows are gone)."""
         with self._lock:
             ours = [p for p in ports if p in self._state or p in self._recorded]
-            cleared = tc.remove(None, ours) if ours else []
+            cleared = tc.remove_trees(None, ours) if ours else []
             for port in ports:
                 self._state.pop(port, None)
             self._save()
