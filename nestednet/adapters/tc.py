@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 import struct
 from collections.abc import Iterator, Sequence
 from ipaddress import IPv4Address
@@ -20,6 +21,10 @@ from typing import Any
 
 from pyroute2 import IPRoute, NetlinkError
 from pyroute2.ethtool import Ethtool
+from pyroute2.netlink import NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NLMSG_ERROR
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
+from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from nestednet.adapters import netlink
@@ -198,6 +203,71 @@ def remove_trees(netns: str | None, ports: Sequence[str]) -> list[str]:
             if found and _delete_handle(ipr, found[0]):
                 cleared.append(port)
     return cleared
+
+
+_CHANGE_TYPES = {"change": RTM_NEWQDISC, "change-class": RTM_NEWTCLASS}
+
+
+def _encoded(op: TcOp, index: int, seq: int) -> bytes:
+    """One change request as pyroute2 would send it (its plugins encode the options)."""
+    kwargs = _kwargs(op)
+    plugin = tc_plugins[op.kind]
+    context = {"kind": op.kind, "index": index, "handle": handle_int(op.handle), **kwargs}
+    if op.command.endswith("class"):
+        options = plugin.get_class_parameters(dict(context))
+    else:
+        options = plugin.get_parameters(dict(context))
+    msg = tcmsg()
+    msg["index"] = index
+    msg["handle"] = handle_int(op.handle)
+    msg["parent"] = kwargs["parent"]
+    msg["attrs"] = [["TCA_KIND", op.kind], ["TCA_OPTIONS", options]]
+    msg["header"]["type"] = _CHANGE_TYPES[op.command]
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg["header"]["sequence_number"] = seq
+    msg.encode()
+    return bytes(msg.data[:msg["header"]["length"]])
+
+
+def change_batch(ops: Sequence[TcOp], netns: str | None, indexes: dict[str, int]) -> None:
+    """`change` as one netlink write: every request in one message, the ACKs read after.
+
+    Each pyroute2 request costs about 2 ms (its event loop) and each name lookup
+    another 2 ms; a step of a 48-node run changes ~100 classes, so the requests are
+    encoded with pyroute2's own plugins and sent together, the kernel handling them
+    in one system call. ``indexes`` maps each port to its ifindex (the caller keeps
+    them). Raises EnvironmentProblem naming the first request the kernel refused.
+    """
+    if not ops:
+        return
+    blob = b"".join(_encoded(op, indexes[op.port], seq) for seq, op in enumerate(ops, 1))
+
+    def send() -> dict[int, int]:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
+            sock.bind((0, 0))
+            sock.sendall(blob)
+            acks: dict[int, int] = {}
+            while len(acks) < len(ops):
+                data = sock.recv(1 << 16)
+                offset = 0
+                while offset < len(data):
+                    length, kind, _, seq, _ = struct.unpack_from("=IHHII", data, offset)
+                    if kind == NLMSG_ERROR:
+                        acks[seq] = -struct.unpack_from("=i", data, offset + 16)[0]
+                    offset += (length + 3) & ~3
+            return acks
+
+    acks = send() if netns is None else netlink.in_namespace(netns, send)
+    failed = sorted(seq for seq, code in acks.items() if code)
+    if failed:
+        op = ops[failed[0] - 1]
+        raise EnvironmentProblem(f"tc {op.command} {op.kind} {op.handle} on {op.port} failed: "
+                                 f"{os.strerror(acks[failed[0]])} ({op.what})")
+
+
+def port_indexes(netns: str | None, ports: Sequence[str]) -> dict[str, int]:
+    with rtnl(netns) as ipr:
+        return {port: port_index(ipr, port) for port in ports}
 
 
 def change(ops: Sequence[TcOp], netns: str | None) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nestednet.adapters import tc
-from nestednet.errors import UsageError
+from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab.links import LabLinks
 from nestednet.lab.record import TC_ROOT, LabRecord
 from nestednet.model import link_rules, tcplan
@@ -77,6 +77,7 @@ class LabShaper:
         self._recorded = {r.name for r in record.resources() if r.kind == TC_ROOT}
         self._state: dict[str, dict[str, Any]] = _load(self.state_file)
         self._offloads_off: set[str] = set()
+        self._index: dict[str, int] = {}
 
     @property
     def state_file(self) -> Path:
@@ -143,13 +144,25 @@ class LabShaper:
                                               netem=self.policy.netem)
                 changed.append(d)
             if ops:
-                tc.change(ops, None)
+                self._change(ops)
             for d in changed:
                 self._state[d.port] = self._entry(d)
             if changed:
                 self._save()
         self.up(fresh)
         return changed + fresh
+
+    def _change(self, ops: list[tcplan.TcOp]) -> None:
+        """One batched netlink write; port indexes are cached (a port re-created by a
+        component restart gets a new one: looked up again and retried once)."""
+        missing = sorted({op.port for op in ops} - set(self._index))
+        if missing:
+            self._index.update(tc.port_indexes(None, missing))
+        try:
+            tc.change_batch(ops, None, self._index)
+        except EnvironmentProblem:
+            self._index.clear()
+            tc.change(ops, None)
 
     def down(self, ports: Sequence[str]) -> list[str]:
         """Remove the trees on ``ports`` (after the link's flows are gone)."""
