@@ -84,6 +84,8 @@ class RunSummary:
     """Per step played: min/median/max delay and rate of its links (LinkResolver.summary)."""
     shaping: dict = field(default_factory=dict)
     """The shaping mode and what it left out; empty when no link was shaped."""
+    shaping_updates: list = field(default_factory=list)
+    """Per step: links kept up, links changed in place, ms resolving and in tc."""
 
 
 def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, source: str,
@@ -363,6 +365,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.negotiation = negotiation_summary(ca_session.events.records)
         if ca_session.shaping is not None:
             summary.shaping = ca_session.shaping_info
+            summary.shaping_updates = ca_session.shaping.timings
             summary.link_properties = ca_session.shaping.resolver.summary()[
                 :summary.steps_played]
     finally:
