@@ -120,6 +120,8 @@ class LabShaper:
             for d in directions:
                 self._state[d.port] = self._entry(d)
             self._save()
+            # Looked up now, at link up, so a step's in-place changes need no lookups.
+            self._index.update(tc.port_indexes(None, ports))
 
     def change(self, directions: Sequence[Direction]) -> list[Direction]:
         """Change trees in place where the properties differ; returns those changed.
