@@ -206,6 +206,8 @@ def remove_trees(netns: str | None, ports: Sequence[str]) -> list[str]:
 
 
 _CHANGE_TYPES = {"change": RTM_NEWQDISC, "change-class": RTM_NEWTCLASS}
+BATCH_BYTES = 32 * 1024
+"""Requests per write: one netlink write must fit the socket's send buffer."""
 
 
 def _encoded(op: TcOp, index: int, seq: int) -> bytes:
@@ -235,29 +237,40 @@ def change_batch(ops: Sequence[TcOp], netns: str | None, indexes: dict[str, int]
     Each pyroute2 request costs about 2 ms (its event loop) and each name lookup
     another 2 ms; a step of a 48-node run changes ~100 classes, so the requests are
     encoded with pyroute2's own plugins and sent together, the kernel handling them
-    in one system call. ``indexes`` maps each port to its ifindex (the caller keeps
-    them). Raises EnvironmentProblem naming the first request the kernel refused.
+    in a few system calls (BATCH_BYTES each). ``indexes`` maps each port to its
+    ifindex (the caller keeps them). Raises EnvironmentProblem naming the first
+    request the kernel refused.
     """
     if not ops:
         return
-    blob = b"".join(_encoded(op, indexes[op.port], seq) for seq, op in enumerate(ops, 1))
+    chunks: list[list[bytes]] = [[]]
+    for seq, op in enumerate(ops, 1):
+        message = _encoded(op, indexes[op.port], seq)
+        if sum(map(len, chunks[-1])) + len(message) > BATCH_BYTES:
+            chunks.append([])
+        chunks[-1].append(message)
 
     def send() -> dict[int, int]:
+        acks: dict[int, int] = {}
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
             sock.bind((0, 0))
-            sock.sendall(blob)
-            acks: dict[int, int] = {}
-            while len(acks) < len(ops):
-                data = sock.recv(1 << 16)
-                offset = 0
-                while offset < len(data):
-                    length, kind, _, seq, _ = struct.unpack_from("=IHHII", data, offset)
-                    if kind == NLMSG_ERROR:
-                        acks[seq] = -struct.unpack_from("=i", data, offset + 16)[0]
-                    offset += (length + 3) & ~3
-            return acks
+            for chunk in chunks:
+                sock.send(b"".join(chunk))
+                expected = len(acks) + len(chunk)
+                while len(acks) < expected:
+                    data = sock.recv(1 << 16)
+                    offset = 0
+                    while offset < len(data):
+                        length, kind, _, seq, _ = struct.unpack_from("=IHHII", data, offset)
+                        if kind == NLMSG_ERROR:
+                            acks[seq] = -struct.unpack_from("=i", data, offset + 16)[0]
+                        offset += (length + 3) & ~3
+        return acks
 
-    acks = send() if netns is None else netlink.in_namespace(netns, send)
+    try:
+        acks = send() if netns is None else netlink.in_namespace(netns, send)
+    except OSError as exc:
+        raise EnvironmentProblem(f"tc changes on {len(ops)} objects failed: {exc}") from exc
     failed = sorted(seq for seq, code in acks.items() if code)
     if failed:
         op = ops[failed[0] - 1]
