@@ -89,7 +89,8 @@ class RunSummary:
 
 
 def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, source: str,
-                 netem_available: Callable[[], bool]) -> tuple[LinkResolver, ShapingPolicy] | None:
+                 netem_available: Callable[[], bool], *,
+                 keep_order: bool = False) -> tuple[LinkResolver, ShapingPolicy] | None:
     """Check up front what the run's links need (exit 2 before anything is made).
 
     None when the scenario neither declares nor is given a link model and states no
@@ -100,7 +101,7 @@ def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, sour
     resolver = LinkResolver(scenario, override, source=source)
     if resolver.model is None and not any(step.links for step in scenario.steps):
         return None
-    policy = ShapingPolicy.choose(mode, netem_available())
+    policy = ShapingPolicy.choose(mode, netem_available(), keep_order=keep_order)
     for i in range(len(scenario.steps)):
         policy.check_all((f"{source}: steps[{i}] {a}->{b}", props)
                          for (a, b), props in resolver.step_properties(i).items())

@@ -49,7 +49,10 @@ def property_options(func: Any) -> Any:
             click.option("--loss", help="Random loss in percent, e.g. 1% (needs sch_netem)."),
             click.option("--shaping", type=click.Choice(MODES), default=FULL, show_default=True,
                          help="rate-only: shape the rate with HTB and leave delay, jitter and "
-                              "loss out (a kernel without sch_netem)."))):
+                              "loss out (a kernel without sch_netem)."),
+            click.option("--keep-order", is_flag=True,
+                         help="Jitter without reordering: netem paced at the link's rate "
+                              "(costs one packet time at that rate)."))):
         func = option(func)
     return func
 
@@ -60,7 +63,7 @@ def _given(rate: str | None, delay: str | None, jitter: str | None,
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _open(lab: str, mode: str):
+def _open(lab: str, mode: str, keep_order: bool = False):
     """(the lab's links, its shaper, the shaping module) for one command."""
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import shaping
@@ -68,7 +71,7 @@ def _open(lab: str, mode: str):
     from nestednet.lab.nodes import Lab
 
     record = Lab.open(lab).record
-    return LabLinks.of(record), shaping.lab_shaper(record, mode), shaping
+    return LabLinks.of(record), shaping.lab_shaper(record, mode, keep_order), shaping
 
 
 @link.command("add")
@@ -77,11 +80,11 @@ def _open(lab: str, mode: str):
 @click.argument("b")
 @property_options
 def add(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: str | None,
-        loss: str | None, shaping: str) -> None:
+        loss: str | None, shaping: str, keep_order: bool) -> None:
     """Link endpoint A (NODE:IPHY) to endpoint B, shaped alike in both directions."""
     given = _given(rate, delay, jitter, loss)
     properties = _properties(given) if given else None
-    links, shaper, lib = _open(lab, shaping)
+    links, shaper, lib = _open(lab, shaping, keep_order)
     ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
     made = lib.add_link(links, shaper, *ends, properties)
     info = links.describe(made)
@@ -98,7 +101,7 @@ def add(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: s
 @click.option("--direction", "which", type=click.Choice(DIRECTION_CHOICES), default="both",
               show_default=True, help="Which direction to change (a-to-b: from A to B).")
 def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: str | None,
-         loss: str | None, shaping: str, which: str) -> None:
+         loss: str | None, shaping: str, keep_order: bool, which: str) -> None:
     """Change an existing link's properties in place (tc change: flows keep running).
 
     Only the options given change; the rest keep their configured values.
@@ -107,7 +110,7 @@ def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: 
     if not given:
         raise UsageError("nothing to set", hint="give --rate, --delay, --jitter or --loss")
     _properties(given)
-    links, shaper, lib = _open(lab, shaping)
+    links, shaper, lib = _open(lab, shaping, keep_order)
     ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
     changed = lib.set_link(links, shaper, *ends, given, which)
     for d in changed:

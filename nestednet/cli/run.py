@@ -60,11 +60,14 @@ def register(group: click.Group) -> None:
               show_default=True,
               help="rate-only: shape the rate alone (HTB) and leave delay, jitter and loss "
                    "out, on a kernel without sch_netem; recorded in the events.")
+@click.option("--keep-order", is_flag=True,
+              help="Jitter without reordering: netem paced at each link's rate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
         remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
         plot_dir: Path | None = None, link_model: Path | None = None,
-        length_unit: str | None = None, shaping_mode: str = FULL) -> None:
+        length_unit: str | None = None, shaping_mode: str = FULL,
+        keep_order: bool = False) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -95,7 +98,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys),
                            length_unit=length_unit)
     model = load_link_model(link_model) if link_model is not None else None
-    links = session.plan_shaping(loaded, model, shaping_mode, str(scenario), _netem)
+    links = session.plan_shaping(loaded, model, shaping_mode, str(scenario), _netem,
+                                 keep_order=keep_order)
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir, links=links[0] if links else None,

@@ -216,9 +216,10 @@ BOTH, A_TO_B, B_TO_A = "both", "a-to-b", "b-to-a"
 DIRECTIONS = (BOTH, A_TO_B, B_TO_A)
 
 
-def lab_shaper(record: LabRecord, mode: str) -> LabShaper:
+def lab_shaper(record: LabRecord, mode: str, keep_order: bool = False) -> LabShaper:
     """A shaper for ``mode`` on this kernel (probes for sch_netem)."""
-    return LabShaper(record, ShapingPolicy.choose(mode, netem_available()))
+    return LabShaper(record, ShapingPolicy.choose(mode, netem_available(),
+                                                  keep_order=keep_order))
 
 
 def add_link(links: LabLinks, shaper: LabShaper, a: topo.Endpoint, b: topo.Endpoint,
