@@ -146,3 +146,45 @@ def tc_has_netem() -> bool:
     from nestednet.capabilities.shaping import available_qdiscs
 
     return available_qdiscs()["netem"]
+
+
+RATE_STEPS = {
+    "format": "nestednet-scenario/1", "name": "rate-steps", "duration": 9, "iphys": 2,
+    "nodes": [{"name": "a", "id": 1}, {"name": "b", "id": 2}, {"name": "c", "id": 3}],
+    "steps": [
+        {"time": 0, "visible": [["a", "b"], ["b", "c"]],
+         "links": [{"between": ["a", "b"], "rate": "20Mbit"},
+                   {"between": ["b", "c"], "rate": "50Mbit"}]},
+        {"time": 3, "visible": [["a", "b"], ["b", "c"]],
+         "links": [{"between": ["a", "b"], "rate": "5Mbit"},
+                   {"between": ["b", "c"], "rate": "50Mbit"}]},
+        {"time": 6, "visible": [["a", "b"]],
+         "links": [{"from": "a", "to": "b", "rate": "10Mbit"},
+                   {"from": "b", "to": "a", "rate": "5Mbit"}]}]}
+
+
+def test_run_shapes_links_and_changes_them_in_place_per_step(lab, tmp_path):
+    for key in _listed():
+        a, b = key.split()
+        assert nn("link", "del", "--lab", LAB, a, b).returncode == 0
+    scenario, events = tmp_path / "rate-steps.json", tmp_path / "events.jsonl"
+    scenario.write_text(json.dumps(RATE_STEPS))
+    done = nn("run", str(scenario), "--lab", LAB, "--events", str(events), "--json",
+              timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["shaping"]["mode"] == "full" and summary["shaping"]["dropped"] == []
+    assert [s["rate_bps"]["min"] for s in summary["link_properties"]] == \
+        [20_000_000, 5_000_000, 5_000_000]
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    ups = {frozenset(e["nodes"]): e for e in records if e["event"] == "link_up"}
+    assert ups[frozenset("ab")]["properties"]["a_to_b"]["rate_bps"] == 20_000_000
+    updates = [e for e in records if e["event"] == "link_update"]
+    ab = [e for e in updates if set(e["nodes"]) == {"a", "b"}]
+    assert [e["step"] for e in ab] == [1, 2]
+    assert ab[0]["properties"]["a_to_b"]["rate_bps"] == 5_000_000
+    assert not [e for e in updates if set(e["nodes"]) == {"b", "c"}]  # unchanged: untouched
+    shaped = [p for p, root in tc.snapshot(None, [f"{LAB}-{n}x{i}" for n in (1, 2, 3)
+                                                  for i in (1, 2)]).items()
+              if root and root[1] == tc.OUR_ROOT]
+    assert shaped == [], "the run's trees outlived its links"
