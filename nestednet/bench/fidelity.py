@@ -8,7 +8,7 @@ iPHY's port), changed in place between measurements:
   goodput is TCP payload, so it sits below the configured (Ethernet) rate by the
   headers, 1448/1514 = 95.6 % at most;
 * delay: a one-way delay on n1 -> n2; measured as the ping RTT rise over the
-  unshaped link (median of the pings, minus the idle median);
+  unshaped link (average of the pings, minus the idle average);
 * loss: random loss on n1 -> n2; measured as ping loss over many pings.
 
 Delay and loss need sch_netem. On a kernel without it the rate is measured and the
@@ -58,8 +58,8 @@ def run(bench: Bench) -> dict:
                     "netem": netem, "notes": [
                         "goodput is TCP payload: at most 95.6 % of the configured rate "
                         "(1448-byte segments in 1514-byte frames)",
-                        "delay and loss are set on n1 -> n2 only; delay = median ping RTT "
-                        "minus the idle median"]}
+                        "delay and loss are set on n1 -> n2 only; delay = average ping RTT "
+                        "minus the idle average"]}
     result["rate"] = []
     for mbit in p["rates_mbit"]:
         bench.log(f"fidelity: rate {mbit} Mbit/s")
