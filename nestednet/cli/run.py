@@ -9,12 +9,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import click
 from rich.live import Live as RichLive
 from rich.text import Text
 
-from nestednet.ca import session
 from nestednet.console import err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
 from nestednet.lab import runs
@@ -23,6 +24,16 @@ from nestednet.model.scenario import LENGTH_UNITS, Scenario
 from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.step_figures import StepFigures, StepTally
+
+if TYPE_CHECKING:
+    from nestednet.ca import session
+
+
+def _session() -> ModuleType:
+    # Lazy: the CA runtime loads docker (a second of start-up for every command).
+    from nestednet.ca import session
+
+    return session
 
 
 def register(group: click.Group) -> None:
@@ -98,13 +109,13 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys),
                            length_unit=length_unit)
     model = load_link_model(link_model) if link_model is not None else None
-    links = session.plan_shaping(loaded, model, shaping_mode, str(scenario), _netem,
+    links = _session().plan_shaping(loaded, model, shaping_mode, str(scenario), _netem,
                                  keep_order=keep_order)
-    options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
+    options = _session().RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir, links=links[0] if links else None,
                                  shaping=links[1] if links else None)
-    options.created_lab = session.ensure_lab(loaded, options, notify=progress)
+    options.created_lab = _session().ensure_lab(loaded, options, notify=progress)
     if options.events is None:
         options.events = runs.results_dir(lab) / "events.jsonl"
     summary, interrupted = _play(loaded, options)
@@ -139,7 +150,7 @@ class _Worker:
 
     def _work(self) -> None:
         try:
-            self._summary = session.run(*self._args, notify=progress)
+            self._summary = _session().run(*self._args, notify=progress)
         except BaseException as exc:  # handed to the main thread, which reports it
             self._error = exc
 
@@ -161,7 +172,7 @@ class _Worker:
 def _play(scenario: Scenario, options: session.RunOptions) -> tuple[session.RunSummary, bool]:
     """Run the scenario, showing each step as it ends; (summary, interrupted by Ctrl-C)."""
     assert options.events is not None
-    stop, live = threading.Event(), session.Live()
+    stop, live = threading.Event(), _session().Live()
     worker = _Worker(scenario, options, stop, live)
     tail, tally = runs.EventTail(options.events), StepTally()
     with _ctrl_c_sets(stop) as interrupted:
@@ -242,7 +253,7 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
         f"{summary.links_failed}, taken down {summary.links_down}, requests "
         f"{summary.requests}", highlight=False, soft_wrap=True)
-    out_console.print(session.describe_negotiation(summary.negotiation), highlight=False,
+    out_console.print(_session().describe_negotiation(summary.negotiation), highlight=False,
                       soft_wrap=True)
     if summary.shaping:
         left_out = summary.shaping["dropped"]
