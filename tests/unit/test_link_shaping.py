@@ -129,3 +129,27 @@ def test_keep_order_paces_netem_at_the_link_rate():
     assert netem.params["rate"] == 20_000_000 // 8 and netem.params["jitter"] == 5_000
     plain = tcplan.netem_params(LinkShape(20_000_000, 10_000, 5_000))
     assert "rate" not in plain
+
+
+def test_batched_change_requests_decode_back_to_the_plan():
+    """change_batch's own encoding (one netlink write for a step): what pyroute2 reads
+    back from the bytes is the class rate and the netem set of the plan."""
+    from pyroute2.netlink.rtnl import RTM_NEWQDISC, RTM_NEWTCLASS
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from nestednet.adapters import tc
+
+    old, new = LinkShape(20_000_000, 5000), LinkShape(5_000_000, 9000, 1000, 2.0, True)
+    ops = tcplan.leaf_change_ops("p", "htb", 0, "x", old, new)
+    decoded = []
+    for seq, op in enumerate(ops, 1):
+        msg = tcmsg(tc._encoded(op, 7, seq))
+        msg.decode()
+        decoded.append(msg)
+    cls, netem = decoded
+    assert cls["header"]["type"] == RTM_NEWTCLASS and cls["index"] == 7
+    assert cls["handle"] == 0x10010 and cls["parent"] == 0x10001
+    parms = cls.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+    assert parms["rate"] == 5_000_000 // 8
+    assert netem["header"]["type"] == RTM_NEWQDISC and netem["handle"] == 0x100000
+    assert netem.get_attr("TCA_KIND") == "netem"
