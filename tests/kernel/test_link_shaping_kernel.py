@@ -179,8 +179,8 @@ def _reordered(result_text: str) -> tuple[int, int]:
 def test_jitter_reordering_and_the_keep_order_mode(pair: Pair, keep_order: bool):
     """netem jitter above the packet spacing reorders; keep_order (netem paced at the link
     rate) should not. Pings every 2 ms against 10 ms +/- 5 ms on n1 -> n2, the fraction
-    recorded. Seen in the VM: 4.6-6.0 % reordered without, 0.6 % with keep_order (not
-    zero: where the remaining few come from is not yet known), so the bound is 1 %."""
+    recorded. Seen in the VM: 4.6-6.0 % reordered without; with keep_order 0.6 % in one
+    run and 0 in another (where those few came from is not known), so the bound is 1 %."""
     shaper = LabShaper(pair.record, ShapingPolicy.choose("full", True, keep_order=keep_order))
     props = LinkProperties(rate_bps=100_000_000, delay_us=10_000, jitter_us=5_000)
     shaper.down([iphy_port(LAB, A), iphy_port(LAB, B)])
