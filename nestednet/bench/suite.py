@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from nestednet.bench import links, memory, paper, scaling, startup, stress
+from nestednet.bench import fidelity, links, memory, paper, scaling, startup, stress
 from nestednet.bench.common import Bench, bench_run, machine_info
 from nestednet.errors import UsageError
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "memory": memory, "links": links, "stress": stress, "scaling": scaling,
-    "startup": startup,
+    "startup": startup, "fidelity": fidelity,
 }
 """In the order `all` runs them: memory and links share their labs, so memory is
 measured on idle labs before any traffic."""

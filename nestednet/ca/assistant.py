@@ -67,6 +67,17 @@ class FlowInstaller(Protocol):
     def remove(self, links: list[LinkEnds]) -> None: ...
 
 
+class LinkShaping(Protocol):
+    """Shapes links (nestednet.ca.link_shaping.RunShaping); payloads go into the events."""
+
+    def set_step(self, step: int) -> None: ...
+    def linkable(self, step: int, pairs: Iterable[tuple[str, str]]
+                 ) -> list[tuple[str, str]]: ...
+    def up(self, links: list[LinkEnds]) -> dict[LinkEnds, dict]: ...
+    def update(self, links: Iterable[LinkEnds]) -> dict[LinkEnds, dict]: ...
+    def down(self, links: list[LinkEnds]) -> None: ...
+
+
 class EventLog:
     """The run's events as JSON lines, in nestednet.model.events' record format."""
 
@@ -146,12 +157,16 @@ class CommunicationAssistant:
 
     def __init__(self, server: ControlServer, table: InterNodeLinks, installer: FlowInstaller,
                  node_ids: dict[str, int], control_ips: dict[str, str],
-                 events: EventLog, aliases: dict[str, str] | None = None) -> None:
+                 events: EventLog, aliases: dict[str, str] | None = None,
+                 shaping: LinkShaping | None = None) -> None:
         """``node_ids``/``control_ips`` are keyed by scenario node name; ``aliases`` maps
-        the name an agent says in HELLO (its lab node, e.g. ``n3``) to that name."""
+        the name an agent says in HELLO (its lab node, e.g. ``n3``) to that name.
+        ``shaping`` (optional) shapes each link before its flows go in, changes links
+        that stay up at every step, and unshapes links after their flows are gone."""
         self.server = server
         self.table = table
         self.installer = installer
+        self.shaping = shaping
         self.node_ids = node_ids
         self.control_ips = control_ips
         self.events = events
@@ -375,9 +390,14 @@ class CommunicationAssistant:
 
     def _establish(self, accepted: list[tuple[int, dict, LinkEnds]]) -> None:
         ends = [link for _, _, link in accepted]
+        applied: dict[LinkEnds, dict] = {}
         try:
+            if self.shaping is not None:
+                applied = self.shaping.up(ends)
             self.installer.install(ends)
         except Exception as exc:
+            if self.shaping is not None:
+                self.shaping.down(ends)
             log.exception("installing %d link(s) failed", len(ends))
             for conn, msg, link in accepted:
                 self.table.remove_link(link.a, link.b)
@@ -398,30 +418,49 @@ class CommunicationAssistant:
             self._reply(conn, p.LINK_OK, req_id=msg["req_id"], src_node=link.a, dst_node=link.b,
                         src_iphy=link.a_iphy, dst_iphy=link.b_iphy)
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
+            shaped = {"properties": applied[link]} if link in applied else {}
             self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
-                        latency_ms=round((now - since) * 1000, 3))
+                        latency_ms=round((now - since) * 1000, 3), **shaped)
         self._announce_full(node for link in ends for node in (link.a, link.b))
 
     # --- scenario steps (posted to the server thread by the player) --------------------
 
+    def _update_shaping(self, started: float) -> None:
+        """Links that stay up get this step's properties in place (before agents hear)."""
+        assert self.shaping is not None
+        changed = self.shaping.update([ends_of(link) for link in self.table.links()])
+        done = time.monotonic()
+        for link, properties in changed.items():
+            self._event("link_update", nodes=[link.a, link.b], iphys=link.numbers(),
+                        latency_ms=round((done - started) * 1000, 3), properties=properties)
+
     def apply_step(self, step: int, scenario_time: float,
                    visible_pairs: Iterable[tuple[str, str]]) -> None:
         now = time.monotonic()
-        pairs = {frozenset(pair) for pair in visible_pairs}
+        seen = {frozenset(pair) for pair in visible_pairs}
         self.progress = StepProgress(step=step, scenario_time=scenario_time, started=now,
                                      last_change=now)
-        self._visible_since = {pair: self._visible_since.get(pair, now) for pair in pairs}
         self._event("step", nodes=list(self.node_ids),
-                    visible=sorted(tuple(sorted(pair)) for pair in pairs))
+                    visible=sorted(tuple(sorted(pair)) for pair in seen))
+        pairs = seen
+        if self.shaping is not None:
+            self.shaping.set_step(step)
+            pairs = {frozenset(pair) for pair in self.shaping.linkable(
+                step, (tuple(sorted(pair)) for pair in seen))}
+        self._visible_since = {pair: self._visible_since.get(pair, now) for pair in pairs}
         lost = self.table.set_visibility(tuple(sorted(pair)) for pair in pairs)
-        if lost:
-            ends = [ends_of(link) for link in lost]
+        ends = [ends_of(link) for link in lost]
+        if ends:
             self.installer.remove(ends)
             self.progress.last_change = time.monotonic()
             for link in ends:
                 self.progress.links_down += 1
                 self._event("link_down", nodes=[link.a, link.b], iphys=link.numbers(),
                             latency_ms=round((time.monotonic() - now) * 1000, 3))
+        if self.shaping is not None:
+            # Links that stay up first: their traffic flows; lost links' flows are gone.
+            self._update_shaping(now)
+            self.shaping.down(ends)
         self.visible = {node: [] for node in self.node_ids}
         for pair in pairs:
             a, b = sorted(pair)

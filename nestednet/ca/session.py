@@ -25,6 +25,7 @@ from nestednet import connectivity_plot
 from nestednet.adapters import netlink
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
 from nestednet.ca.flows import MainBridgeInstaller
+from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import ControlServer, listen
 from nestednet.errors import UsageError
@@ -32,12 +33,16 @@ from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
+from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.events import negotiation_summary
+from nestednet.model.link_models import LinkModel
+from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario import Scenario
+from nestednet.model.shaping_policy import ShapingPolicy
 
 
 @dataclass
@@ -53,6 +58,10 @@ class RunOptions:
     """Set by the caller when ensure_lab() made the lab for this run."""
     plot_dir: Path | None = None
     """Write one connectivity picture per step here (`nestednet run --plot DIR`)."""
+    links: LinkResolver | None = None
+    """Where each link's properties come from; None: the scenario shapes no link."""
+    shaping: ShapingPolicy | None = None
+    """How properties become tc trees on this kernel (checked by plan_shaping)."""
 
 
 @dataclass
@@ -71,6 +80,32 @@ class RunSummary:
     removed_lab: bool = False
     negotiation: dict = field(default_factory=dict)
     """events.negotiation_summary of this run: requests, refusals by reason, latency."""
+    link_properties: list = field(default_factory=list)
+    """Per step played: min/median/max delay and rate of its links (LinkResolver.summary)."""
+    shaping: dict = field(default_factory=dict)
+    """The shaping mode and what it left out; empty when no link was shaped."""
+    shaping_updates: list = field(default_factory=list)
+    """Per step: links kept up, links changed in place, ms resolving and in tc."""
+
+
+def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, source: str,
+                 netem_available: Callable[[], bool], *,
+                 keep_order: bool = False) -> tuple[LinkResolver, ShapingPolicy] | None:
+    """Check up front what the run's links need (exit 2 before anything is made).
+
+    None when the scenario neither declares nor is given a link model and states no
+    explicit properties: its links stay ideal, as before. Otherwise the resolver and
+    the policy; a property this kernel cannot emulate raises UsageError naming
+    sch_netem unless ``mode`` is rate-only.
+    """
+    resolver = LinkResolver(scenario, override, source=source)
+    if resolver.model is None and not any(step.links for step in scenario.steps):
+        return None
+    policy = ShapingPolicy.choose(mode, netem_available(), keep_order=keep_order)
+    for i in range(len(scenario.steps)):
+        policy.check_all((f"{source}: steps[{i}] {a}->{b}", props)
+                         for (a, b), props in resolver.step_properties(i).items())
+    return resolver, policy
 
 
 def describe_negotiation(negotiation: dict) -> str:
@@ -123,7 +158,8 @@ class CaSession:
     `run()` plays it in real time; tests and benchmarks step it by hand.
     """
 
-    def __init__(self, scenario: Scenario, lab: Lab, events_path: Path) -> None:
+    def __init__(self, scenario: Scenario, lab: Lab, events_path: Path,
+                 links: tuple[LinkResolver, ShapingPolicy] | None = None) -> None:
         check_fits(scenario, lab)
         self.scenario = scenario
         self.lab = lab
@@ -135,6 +171,13 @@ class CaSession:
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
         self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
+        self.shaping: RunShaping | None = None
+        self.shaping_info: dict = {}
+        if links is not None:
+            self.shaping = RunShaping(links[0], LabShaper(lab.record, links[1]),
+                                      self.endpoint_of, lab.record.lab)
+            self.shaping_info = self.shaping.check()
+            self.events.write("shaping", scenario_time=0.0, **self.shaping_info)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
                                                *self.address))
         self.ca = CommunicationAssistant(
@@ -143,7 +186,8 @@ class CaSession:
             control_ips={name: str(plan.control_address(k).ip)
                          for name, k in self.lab_node.items()},
             events=self.events,
-            aliases={topo.node_name(k): name for name, k in self.lab_node.items()})
+            aliases={topo.node_name(k): name for name, k in self.lab_node.items()},
+            shaping=self.shaping)
         self.server.start(self.ca)
         try:
             # On the server thread, which uses it: a thread that imports os-ken (as the
@@ -155,9 +199,11 @@ class CaSession:
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
 
+    def endpoint_of(self, node: str, iphy: str) -> topo.Endpoint:
+        return topo.Endpoint(self.lab_node[node], int(iphy.removeprefix("iphy")))
+
     def port_of(self, node: str, iphy: str) -> int:
-        return self.links.port(topo.Endpoint(self.lab_node[node],
-                                             int(iphy.removeprefix("iphy"))))
+        return self.links.port(self.endpoint_of(node, iphy))
 
     def cookie_of(self, a: int, b: int) -> int:
         return self.links.cookie(self.links.endpoint(a), self.links.endpoint(b))
@@ -196,6 +242,8 @@ class CaSession:
             gone = self.table.set_visibility(())
             if gone:
                 self.installer.remove([ends_of(link) for link in gone])
+                if self.shaping is not None:
+                    self.shaping.down([ends_of(link) for link in gone])
 
         try:
             self.server.call(withdraw, 10)
@@ -280,7 +328,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
     events_path = options.events or lab.record.path / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
     try:
-        with prompt_thread_switches(), CaSession(scenario, lab, events_path) as ca_session:
+        links = (options.links, options.shaping) if options.links and options.shaping else None
+        with prompt_thread_switches(), CaSession(scenario, lab, events_path,
+                                                 links) as ca_session:
             live.phase = "waiting for GNAB agents"
             notify(f"CA listening on {ca_session.address[0]}:{ca_session.address[1]} in "
                    f"{topo.control_netns(options.lab)}; waiting for "
@@ -314,6 +364,11 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.links_failed = counts["link_fail"]
         summary.links_down = counts["link_down"]
         summary.negotiation = negotiation_summary(ca_session.events.records)
+        if ca_session.shaping is not None:
+            summary.shaping = ca_session.shaping_info
+            summary.shaping_updates = ca_session.shaping.timings
+            summary.link_properties = ca_session.shaping.resolver.summary()[
+                :summary.steps_played]
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

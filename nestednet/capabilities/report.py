@@ -11,7 +11,7 @@ from nestednet.capabilities.nodes import (
     ovs_check,
     privilege_check,
 )
-from nestednet.capabilities.shaping import qdisc_checks, router_check
+from nestednet.capabilities.shaping import emulation_check, qdisc_checks, router_check
 from nestednet.capabilities.vm import vm_check
 
 
@@ -27,6 +27,7 @@ def report(image: str | None) -> list[Check]:
     checks.append(ovs_check())
     checks.append(datapath_check())
     checks.extend(qdisc_checks())
+    checks.append(emulation_check())
     checks.append(router_check())
     checks.append(vm_check())
     return checks

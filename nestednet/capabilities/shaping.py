@@ -61,6 +61,23 @@ def qdisc_checks() -> list[Check]:
     return checks
 
 
+def emulation_check() -> Check:
+    """Which link properties `run`/`link` can emulate here: rate needs HTB, the rest netem."""
+    if not is_root():
+        return Check("link properties", False, "not probed (needs root)")
+    found = available_qdiscs()
+    can = (["rate"] if found["htb"] else []) + (["delay", "jitter", "loss"] if found["netem"]
+                                                 else [])
+    cannot = [p for p in ("rate", "delay", "jitter", "loss") if p not in can]
+    detail = f"can emulate: {', '.join(can) or 'nothing'}"
+    if cannot:
+        missing = sorted({"sch_htb" if p == "rate" else "sch_netem" for p in cannot})
+        detail += f"; cannot: {', '.join(cannot)} (no {', '.join(missing)})"
+    fix = ("" if not cannot else "`--shaping rate-only` shapes the rate alone; for the rest "
+           "use a kernel with sch_netem (scripts/kernel-vm)")
+    return Check("link properties", not cannot, detail, fix)
+
+
 # --- router stack -----------------------------------------------------------------
 
 

@@ -1,12 +1,20 @@
-"""`nestednet link add|del|list`: inter-node links as flow pairs on the main bridge."""
+"""`nestednet link add|set|del|list`: inter-node links as flow pairs on the main bridge,
+shaped (rate, delay, jitter, loss) on the receiving iPHY's port."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from nestednet.cli.nodes import LAB_OPTION
 from nestednet.console import out_console, print_json
+from nestednet.errors import UsageError
+from nestednet.model.link_properties import LinkProperties, PropertyError, parse_properties
+from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.topology import parse_endpoint
+
+DIRECTION_CHOICES = ("both", "a-to-b", "b-to-a")
 
 
 def register(group: click.Group) -> None:
@@ -15,37 +23,100 @@ def register(group: click.Group) -> None:
 
 @click.group()
 def link() -> None:
-    """Join or split two nodes' iPHYs on the main bridge.
+    """Join, shape or split two nodes' iPHYs on the main bridge.
 
     An iPHY serves at most one link and a node pair gets at most one link (the
-    paper's Algorithm 1). Links are flows, exactly as the CA installs them.
+    paper's Algorithm 1). Links are flows, exactly as the CA installs them. A link
+    with properties is shaped per direction on the egress toward the receiving
+    iPHY (HTB for the rate, netem for delay, jitter and loss); the shaping goes in
+    before the flows, and `link set` changes it in place.
 
     \b
     Example:
-      nestednet link add n1:iphy1 n2:iphy1
+      nestednet link add n1:iphy1 n2:iphy1 --rate 20Mbit --delay 5ms
+      nestednet link set n1:iphy1 n2:iphy1 --rate 5Mbit --direction a-to-b
+      nestednet link list
       nestednet exec n1 iphy1 -- ping -c1 192.168.2.3
     """
 
 
-def _links(lab: str):
+def property_options(func: Any) -> Any:
+    for option in reversed((
+            click.option("--rate", help="Rate, e.g. 20Mbit, 500kbit, 1Gbit (HTB)."),
+            click.option("--delay", help="One-way delay, e.g. 5ms, 800us (needs sch_netem)."),
+            click.option("--jitter", help="Uniform jitter around the delay, at most the delay "
+                                          "(needs sch_netem)."),
+            click.option("--loss", help="Random loss in percent, e.g. 1% (needs sch_netem)."),
+            click.option("--shaping", type=click.Choice(MODES), default=FULL, show_default=True,
+                         help="rate-only: shape the rate with HTB and leave delay, jitter and "
+                              "loss out (a kernel without sch_netem)."),
+            click.option("--keep-order", is_flag=True,
+                         help="Jitter without reordering: netem paced at the link's rate "
+                              "(costs one packet time at that rate)."))):
+        func = option(func)
+    return func
+
+
+def _given(rate: str | None, delay: str | None, jitter: str | None,
+           loss: str | None) -> dict[str, str]:
+    values = {"rate": rate, "delay": delay, "jitter": jitter, "loss": loss}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _open(lab: str, mode: str, keep_order: bool = False):
+    """(the lab's links, its shaper, the shaping module) for one command."""
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
+    from nestednet.lab import shaping
     from nestednet.lab.links import LabLinks
     from nestednet.lab.nodes import Lab
 
-    return LabLinks.of(Lab.open(lab).record)
+    record = Lab.open(lab).record
+    return LabLinks.of(record), shaping.lab_shaper(record, mode, keep_order), shaping
 
 
 @link.command("add")
 @LAB_OPTION
 @click.argument("a")
 @click.argument("b")
-def add(lab: str, a: str, b: str) -> None:
-    """Link endpoint A (NODE:IPHY) to endpoint B."""
-    links = _links(lab)
-    made = links.add(parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape))
+@property_options
+def add(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: str | None,
+        loss: str | None, shaping: str, keep_order: bool) -> None:
+    """Link endpoint A (NODE:IPHY) to endpoint B, shaped alike in both directions."""
+    given = _given(rate, delay, jitter, loss)
+    properties = _properties(given) if given else None
+    links, shaper, lib = _open(lab, shaping, keep_order)
+    ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
+    made = lib.add_link(links, shaper, *ends, properties)
     info = links.describe(made)
+    shaped = f", {properties.describe()} each way" if properties is not None else ""
     out_console.print(f"linked {info['a']} ({info['a_address']}) <-> {info['b']} "
-                      f"({info['b_address']})")
+                      f"({info['b_address']}){shaped}")
+
+
+@link.command("set")
+@LAB_OPTION
+@click.argument("a")
+@click.argument("b")
+@property_options
+@click.option("--direction", "which", type=click.Choice(DIRECTION_CHOICES), default="both",
+              show_default=True, help="Which direction to change (a-to-b: from A to B).")
+def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: str | None,
+         loss: str | None, shaping: str, keep_order: bool, which: str) -> None:
+    """Change an existing link's properties in place (tc change: flows keep running).
+
+    Only the options given change; the rest keep their configured values.
+    """
+    given = _given(rate, delay, jitter, loss)
+    if not given:
+        raise UsageError("nothing to set", hint="give --rate, --delay, --jitter or --loss")
+    _properties(given)
+    links, shaper, lib = _open(lab, shaping, keep_order)
+    ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
+    changed = lib.set_link(links, shaper, *ends, given, which)
+    for d in changed:
+        out_console.print(f"{d.name}: {d.properties.describe()}")
+    if not changed:
+        out_console.print("unchanged")
 
 
 @link.command("del")
@@ -53,10 +124,10 @@ def add(lab: str, a: str, b: str) -> None:
 @click.argument("a")
 @click.argument("b")
 def delete(lab: str, a: str, b: str) -> None:
-    """Remove the link between A and B."""
-    links = _links(lab)
-    gone = links.delete(parse_endpoint(a, links.plan.shape),
-                        parse_endpoint(b, links.plan.shape))
+    """Remove the link between A and B (flows first, then its shaping)."""
+    links, shaper, lib = _open(lab, FULL)
+    ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
+    gone = lib.delete_link(links, shaper, *ends)
     out_console.print(f"unlinked {gone[0]} <-> {gone[1]}")
 
 
@@ -64,13 +135,41 @@ def delete(lab: str, a: str, b: str) -> None:
 @LAB_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(lab: str, as_json: bool) -> None:
-    """List the links present on the main bridge."""
-    links = _links(lab)
-    rows = [links.describe(x) for x in links.links()]
+    """List the links on the main bridge: configured properties beside the kernel's."""
+    links, shaper, lib = _open(lab, FULL)
+    rows = lib.list_links(links, shaper)
     if as_json:
         print_json(rows)
         return
     for row in rows:
-        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})")
+        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})",
+                          highlight=False)
+        for d in row["directions"]:
+            out_console.print(f"  {d['from']} -> {d['to']}: configured "
+                              f"{_describe(d['configured'])}, kernel {_kernel(d['kernel'])}",
+                              highlight=False, soft_wrap=True)
     if not rows:
         out_console.print("no links")
+
+
+def _properties(given: dict[str, str]) -> LinkProperties:
+    try:
+        return parse_properties(given)
+    except PropertyError as exc:
+        raise UsageError(f"--{exc.field}: {exc}") from None
+
+
+def _describe(configured: dict | None) -> str:
+    return "unshaped" if configured is None else LinkProperties(**configured).describe()
+
+
+def _kernel(held: dict | None) -> str:
+    if held is None:
+        return "no tree"
+    parts = [f"rate {held['rate_bps']} bit/s"]
+    if held["delay_us"] is not None:
+        parts.append(f"delay {held['delay_us']} us, jitter {held['jitter_us']} us, loss "
+                     f"{held['loss_pct']} %, limit {held['netem_limit']}")
+    else:
+        parts.append("no netem")
+    return ", ".join(parts)

@@ -9,18 +9,31 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import click
 from rich.live import Live as RichLive
 from rich.text import Text
 
-from nestednet.ca import session
 from nestednet.console import err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
 from nestednet.lab import runs
-from nestednet.model.scenario import Scenario
-from nestednet.model.scenario_file import DEFAULT_IPHYS, load_scenario
+from nestednet.model.link_properties import describe_link_steps
+from nestednet.model.scenario import LENGTH_UNITS, Scenario
+from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
+from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.step_figures import StepFigures, StepTally
+
+if TYPE_CHECKING:
+    from nestednet.ca import session
+
+
+def _session() -> ModuleType:
+    # Lazy: the CA runtime loads docker (a second of start-up for every command).
+    from nestednet.ca import session
+
+    return session
 
 
 def register(group: click.Group) -> None:
@@ -47,10 +60,25 @@ def register(group: click.Group) -> None:
               help="Seconds to wait for every GNAB agent's HELLO.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write a connectivity picture (PNG) per step into this directory.")
+@click.option("--link-model", "link_model", type=click.Path(dir_okay=False, path_type=Path),
+              help="Link-model file (scenarios/models/): rate, delay, jitter and loss of "
+                   "links the scenario gives no explicit values for; overrides its "
+                   "link_model.")
+@click.option("--length-unit", type=click.Choice(sorted(LENGTH_UNITS)),
+              help="Unit of the positions, for a file that does not state one (the "
+                   "NestedNet format never does); distance-based models need it.")
+@click.option("--shaping", "shaping_mode", type=click.Choice(MODES), default=FULL,
+              show_default=True,
+              help="rate-only: shape the rate alone (HTB) and leave delay, jitter and loss "
+                   "out, on a kernel without sch_netem; recorded in the events.")
+@click.option("--keep-order", is_flag=True,
+              help="Jitter without reordering: netem paced at each link's rate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
         remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
-        plot_dir: Path | None = None) -> None:
+        plot_dir: Path | None = None, link_model: Path | None = None,
+        length_unit: str | None = None, shaping_mode: str = FULL,
+        keep_order: bool = False) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -61,23 +89,46 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     the links (flows) it installed, the summary so far is printed, exit 130.
     The events file is kept after the lab (the last line says where).
 
+    
+    Links with properties (explicit per step, or a link model): each direction is
+    shaped on the receiving iPHY's port before the flows go in (HTB rate, netem
+    delay/jitter/loss), changed in place at every step while the link stays up,
+    removed when it goes down; link_up and link_update events carry the values.
+    A kernel without sch_netem refuses delay, jitter and loss (exit 2) unless
+    --shaping rate-only. Everything is checked before the lab is touched.
+
     \b
     Examples:
       nestednet run scenarios/small-4x2.json --lab demo --speed 2 --rm
       nestednet run scenarios/demo-12x4.json --until 30 --events /tmp/ev.jsonl
       nestednet run scenarios/thesis-fig-3.11.json --lab nn   # iPHYs: the lab's
+      nestednet run scenarios/uav-swarm-2g4.json --shaping rate-only   # no netem here
+      nestednet run scenarios/thesis-fig-3.11.json --link-model \
+          scenarios/models/wifi-2g4.json --length-unit m
     """
-    loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys))
-    options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
+    loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys),
+                           length_unit=length_unit)
+    model = load_link_model(link_model) if link_model is not None else None
+    links = _session().plan_shaping(loaded, model, shaping_mode, str(scenario), _netem,
+                                 keep_order=keep_order)
+    options = _session().RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
-                                 plot_dir=plot_dir)
-    options.created_lab = session.ensure_lab(loaded, options, notify=progress)
+                                 plot_dir=plot_dir, links=links[0] if links else None,
+                                 shaping=links[1] if links else None)
+    options.created_lab = _session().ensure_lab(loaded, options, notify=progress)
     if options.events is None:
         options.events = runs.results_dir(lab) / "events.jsonl"
     summary, interrupted = _play(loaded, options)
     _print_summary(summary, options, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)
+
+
+def _netem() -> bool:
+    # Lazy: the probe imports pyroute2 and makes a scratch namespace; only shaped runs ask.
+    from nestednet.lab.shaping import netem_available
+
+    return netem_available()
 
 
 def _iphys(lab: str, given: int | None) -> int:
@@ -99,7 +150,7 @@ class _Worker:
 
     def _work(self) -> None:
         try:
-            self._summary = session.run(*self._args, notify=progress)
+            self._summary = _session().run(*self._args, notify=progress)
         except BaseException as exc:  # handed to the main thread, which reports it
             self._error = exc
 
@@ -121,7 +172,7 @@ class _Worker:
 def _play(scenario: Scenario, options: session.RunOptions) -> tuple[session.RunSummary, bool]:
     """Run the scenario, showing each step as it ends; (summary, interrupted by Ctrl-C)."""
     assert options.events is not None
-    stop, live = threading.Event(), session.Live()
+    stop, live = threading.Event(), _session().Live()
     worker = _Worker(scenario, options, stop, live)
     tail, tally = runs.EventTail(options.events), StepTally()
     with _ctrl_c_sets(stop) as interrupted:
@@ -202,8 +253,15 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
         f"{summary.links_failed}, taken down {summary.links_down}, requests "
         f"{summary.requests}", highlight=False, soft_wrap=True)
-    out_console.print(session.describe_negotiation(summary.negotiation), highlight=False,
+    out_console.print(_session().describe_negotiation(summary.negotiation), highlight=False,
                       soft_wrap=True)
+    if summary.shaping:
+        left_out = summary.shaping["dropped"]
+        out_console.print(f"shaping: {summary.shaping['mode']}"
+                          + (f" (left out: {', '.join(left_out)})" if left_out else ""),
+                          highlight=False)
+        for line in describe_link_steps(summary.link_properties):
+            out_console.print(line, highlight=False, soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:

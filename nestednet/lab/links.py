@@ -9,6 +9,7 @@ links the same way) and `link list` never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nestednet.adapters import openflow
@@ -56,8 +57,13 @@ class LabLinks:
             found.add(link_rules.normalized(self.endpoint(pa), self.endpoint(pb)))
         return sorted(found)
 
-    def add(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
+    def add(self, a: topo.Endpoint, b: topo.Endpoint,
+            before: Callable[[], None] | None = None) -> link_rules.Link:
+        """Add the link's flows; ``before`` runs once the link is allowed, before the flows
+        (shaping goes in first, so no unshaped packet crosses)."""
         link = link_rules.check_new_link(self.links(), a, b)
+        if before is not None:
+            before()
         openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
                                                          self.port(b)))
         return link

@@ -25,9 +25,11 @@ LABS_DIR = Path(os.environ.get("NESTEDNET_LABS_DIR", "/var/lib/nestednet/labs"))
 CONTAINER = "container"
 OVS_BRIDGE = "ovs-bridge"
 VETH = "veth"
+TC_ROOT = "tc-root"
+"""A shaping tree (root qdisc 1:) on a host-side port; its name is the port."""
 NETNS = "netns"
 DIRECTORY = "directory"
-KINDS = (CONTAINER, VETH, OVS_BRIDGE, NETNS, DIRECTORY)
+KINDS = (CONTAINER, TC_ROOT, VETH, OVS_BRIDGE, NETNS, DIRECTORY)
 
 
 @dataclass(frozen=True)

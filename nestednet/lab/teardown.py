@@ -17,13 +17,14 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters import docker_engine, netlink, tc
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.lab import node_image
 from nestednet.lab.record import (
     CONTAINER,
     NETNS,
     OVS_BRIDGE,
+    TC_ROOT,
     VETH,
     LabRecord,
     existing_labs,
@@ -56,6 +57,13 @@ def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
         for res in (r for r in resources if r.kind == CONTAINER):
             if _remove_container(client, res.name, record.lab, dry_run):
                 removed.add(f"container {res.name}")
+        trees = sorted({r.name for r in resources if r.kind == TC_ROOT})
+        if trees:
+            shaped = [p for p, root in tc.snapshot(None, trees).items()
+                      if root is not None and root[1] == tc.OUR_ROOT]
+            if not dry_run:
+                tc.remove(None, shaped)
+            removed.items.extend(f"tc tree on {port}" for port in shaped)
         with netlink.route() as host:
             for res in (r for r in resources if r.kind == VETH):
                 if dry_run:

@@ -10,7 +10,17 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   (optional): when the agent sent it (Unix seconds, the host's clock); ``agent_step``
   (optional): the step the agent had been told of when it asked.
 - ``link_up``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]`` (a requested);
-  ``latency_ms`` (optional): from the visibility change to the flows installed.
+  ``latency_ms`` (optional): from the visibility change to the flows installed;
+  ``properties`` (when the run shapes links): ``{"a_to_b": P, "b_to_a": P}``,
+  each P ``{rate_bps, delay_us, jitter_us, loss_pct}`` as applied (rate null:
+  not limited), and ``dropped``: properties a rate-only run left out.
+- ``link_update``: a link that stays up got new properties in place (tc change):
+  ``nodes``, ``iphys`` and ``properties`` as for ``link_up``; ``latency_ms``: from
+  the step's start to the change applied.
+- ``shaping``: once, before the first step of a run that shapes links: ``mode``
+  (``full`` or ``rate-only``), ``netem`` (whether netem leaves are used),
+  ``shaper``, and ``dropped``: properties the scenario sets that this mode leaves
+  out.
 - ``link_fail``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``, ``reason``.
 - ``link_down``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]``; ``latency_ms``
   (optional): from the visibility loss to the flows removed.
@@ -36,12 +46,14 @@ LINK_REQUEST = "link_request"
 LINK_UP = "link_up"
 LINK_FAIL = "link_fail"
 LINK_DOWN = "link_down"
-KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN)
+LINK_UPDATE = "link_update"
+SHAPING = "shaping"
+KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}
-_NODES_NEEDED = {LINK_REQUEST: 2, LINK_UP: 2, LINK_FAIL: 2, LINK_DOWN: 2}
-_IPHYS_NEEDED = {LINK_REQUEST: 1, LINK_UP: 2, LINK_FAIL: 1, LINK_DOWN: 2}
+_NODES_NEEDED = {LINK_REQUEST: 2, LINK_UP: 2, LINK_FAIL: 2, LINK_DOWN: 2, LINK_UPDATE: 2}
+_IPHYS_NEEDED = {LINK_REQUEST: 1, LINK_UP: 2, LINK_FAIL: 1, LINK_DOWN: 2, LINK_UPDATE: 2}
 
 
 @dataclass(frozen=True)

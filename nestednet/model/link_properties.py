@@ -158,3 +158,22 @@ def _spread(values: list[int]) -> dict[str, float] | None:
     if not values:
         return None
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def describe_link_steps(steps: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per step of LinkResolver.summary(): delay and rate min/median/max."""
+    lines = []
+    for step in steps:
+        delay, rate = step["delay_us"], step["rate_bps"]
+        parts = [f"step {step['index'] + 1} (t={step['time']:g} s): {step['directions']} "
+                 "directions"]
+        if delay is not None:
+            parts.append("delay " + "/".join(format_time(round(delay[k]))
+                                             for k in ("min", "median", "max")))
+        if rate is not None:
+            parts.append("rate " + "/".join(format_rate(round(rate[k]))
+                                            for k in ("min", "median", "max")))
+        if step["no_link"]:
+            parts.append(f"{step['no_link']} cannot link")
+        lines.append(", ".join(parts) + (" (min/median/max)" if len(parts) > 1 else ""))
+    return lines

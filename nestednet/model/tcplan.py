@@ -17,7 +17,16 @@ Tree per port::
     filter u32 on 1:, prio 1: IPv4 source + destination of flow i -> 1:<10+i>
 
 Handles depend only on the flow's position on its port, so a change finds a flow's
-class and netem again without reading the kernel. Rates are bytes per second
+class and netem again without reading the kernel.
+
+A port that carries exactly one flow (an iPHY's port on a lab's main bridge: every
+iPHY is in at most one link) needs no filters: `port_tree_ops` makes the flow's
+class the root's default, so everything leaving the port is shaped::
+
+    root qdisc 1:  (htb, default class 1:10)
+      class 1:1     ceiling, line rate
+        class 1:10  the link's rate
+          qdisc 10:  netem (left out in rate-only mode) Rates are bytes per second
 (pyroute2's integer form; HFSC curves are 32-bit bytes/s), times integer
 microseconds, loss a percentage.
 """
@@ -58,6 +67,8 @@ class LinkShape:
     delay_us: int = 0
     jitter_us: int = 0
     loss_pct: float = 0.0
+    keep_order: bool = False
+    """netem keeps packets in order despite jitter (see `netem_params`)."""
 
     def with_changes(self, **changes: int | float) -> LinkShape:
         return replace(self, **changes)
@@ -137,9 +148,19 @@ def netem_limit(shape: LinkShape) -> int:
 
 
 def netem_params(shape: LinkShape) -> dict[str, Any]:
-    """The full netem parameter set: pyroute2's change resets whatever is left out."""
-    return {"delay": shape.delay_us, "jitter": shape.jitter_us, "loss": shape.loss_pct,
-            "limit": netem_limit(shape)}
+    """The full netem parameter set: pyroute2's change resets whatever is left out.
+
+    ``keep_order`` also gives netem the link's rate: with a rate set, netem schedules
+    each packet no earlier than the one before it (the queue's last send time is its
+    reference point), so jitter delays packets but never reorders them. The cost is
+    one packet's serialisation time at that rate, spent again in netem (HTB already
+    paces at the same rate, so netem never becomes the bottleneck).
+    """
+    params: dict[str, Any] = {"delay": shape.delay_us, "jitter": shape.jitter_us,
+                              "loss": shape.loss_pct, "limit": netem_limit(shape)}
+    if shape.keep_order:
+        params["rate"] = min(bytes_per_s(shape.rate_bps), HFSC_MAX_BYTES_PER_S)
+    return params
 
 
 def htb_burst(rate_bps: int) -> int:
@@ -229,13 +250,46 @@ def change_ops(port: str, shaper: str, index: int, old: Leaf, new: LinkShape, *,
                netem: bool = True) -> list[TcOp]:
     """In-place changes for flow ``index`` (``old``) on ``port``: class rate and full netem
     set, only what differs."""
+    return leaf_change_ops(port, shaper, index, old.name, old.shape, new, netem=netem)
+
+
+def leaf_change_ops(port: str, shaper: str, index: int, name: str, old: LinkShape,
+                    new: LinkShape, *, netem: bool = True) -> list[TcOp]:
+    """`change_ops` for a flow known by its name and shape only (no addresses needed)."""
     ops = []
-    if new.rate_bps != old.shape.rate_bps:
+    if new.rate_bps != old.rate_bps:
         ops.append(TcOp(port, "change-class", shaper, leaf_class(index),
                         {"parent": CEILING_CLASS, **class_params(shaper, new.rate_bps)},
-                        f"{old.name} rate {new.rate_bps} bit/s"))
-    if netem and netem_params(new) != netem_params(old.shape):
+                        f"{name} rate {new.rate_bps} bit/s"))
+    if netem and netem_params(new) != netem_params(old):
         ops.append(TcOp(port, "change", "netem", leaf_qdisc(index),
                         {"parent": leaf_class(index), **netem_params(new)},
-                        f"{old.name} delay/jitter/loss"))
+                        f"{name} delay/jitter/loss"))
+    return ops
+
+
+def port_tree_ops(port: str, name: str, shape: LinkShape, shaper: str = "htb", *,
+                  netem: bool = True) -> list[TcOp]:
+    """The filterless tree of a port that carries one flow (see the module docstring).
+
+    With ``netem`` the netem leaf is always there, even at zero delay, so a later
+    step that adds delay is a `change`, never a new object.
+    """
+    if shaper not in SHAPERS:
+        raise ValueError(f"unknown shaper {shaper!r}")
+    if not netem and needs_netem(shape):
+        raise ValueError(f"{name}: delay, jitter or loss need a netem leaf")
+    line = min(max(LINE_RATE_BPS, shape.rate_bps), HFSC_MAX_BYTES_PER_S * 8)
+    ops = [TcOp(port, "add", shaper, ROOT_HANDLE, {"default": FIRST_LEAF},
+                f"{shaper} root, everything to {leaf_class(0)}"),
+           TcOp(port, "add-class", shaper, CEILING_CLASS,
+                {"parent": ROOT_HANDLE, **_share_params(shaper, line)},
+                f"ceiling at line rate {line} bit/s"),
+           TcOp(port, "add-class", shaper, leaf_class(0),
+                {"parent": CEILING_CLASS, **class_params(shaper, shape.rate_bps)},
+                f"{name} rate {shape.rate_bps} bit/s")]
+    if netem:
+        ops.append(TcOp(port, "add", "netem", leaf_qdisc(0),
+                        {"parent": leaf_class(0), **netem_params(shape)},
+                        f"{name} delay/jitter/loss"))
     return ops

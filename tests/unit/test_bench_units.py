@@ -304,3 +304,29 @@ def test_bench_cli_rejects_unknown_experiment():
     assert result.exit_code == 2
     assert "memory" in result.output
     assert suite.names("all") == list(suite.EXPERIMENTS)
+
+
+def test_fidelity_report_without_netem_says_why_and_plots_rate_only(tmp_path):
+    from nestednet.bench import fidelity
+
+    result = {"experiment": "fidelity", "params": fidelity.params(True), "lab": "b1x1",
+              "netem": False, "notes": ["n"],
+              "rate": [{"configured_mbit": 5, "measured_mbit": 4.78, "ratio": 0.956,
+                        "ratio_to_payload_ceiling": 0.999}],
+              "skipped": "delay and loss not measured: this kernel lacks sch_netem"}
+    text = fidelity.markdown(result)
+    assert "| 5 | 4.78 | 0.956 | 0.999 |" in text and "lacks sch_netem" in text
+    assert "delay configured" not in text
+    fidelity.plot(result, tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_fidelity_report_with_netem_has_delay_and_loss_tables():
+    from nestednet.bench import fidelity
+
+    result = {"experiment": "fidelity", "params": fidelity.params(True), "lab": "b1x1",
+              "netem": True, "notes": [], "rate": [],
+              "delay": [{"configured_ms": 10, "measured_ms": 10.4, "error_ms": 0.4}],
+              "loss": [{"configured_pct": 5, "measured_pct": 4.6, "pings": 300}]}
+    text = fidelity.markdown(result)
+    assert "| 10 | 10.400 | 0.400 |" in text and "| 5 | 4.60 | 300 |" in text
