@@ -41,6 +41,8 @@ from nestednet.lab.record import CONTAINER
 from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
+from nestednet.routing import strategies
+from nestednet.routing.strategy import RoutingStrategy
 
 TEMPLATE_PHASE = "image template"
 """Once per component image id (seconds); later creates reuse it (milliseconds)."""
@@ -53,6 +55,7 @@ and it comes first on PYTHONPATH (so a `nestednet/agent` package there replaces 
 class NestedDesign(NodeDesign):
     kind = "nested"
     phases = ("image", "parents", "inner daemons", "children", "wiring")
+    routings = tuple(strategies.STRATEGIES)
 
     def __init__(self) -> None:
         self.security: dict = {}
@@ -114,6 +117,9 @@ class NestedDesign(NodeDesign):
                         raise EnvironmentProblem(
                             f"wiring {topo.component_name(index)} of node n{node} failed: "
                             f"{exc}") from exc
+                routing = strategies.named(build.request.routing)
+                for index in children:
+                    _start_routing(inner, routing, build.plan, node, index)
         finally:
             node_ovs.close()
             inner.close()
@@ -198,6 +204,9 @@ class NestedDesign(NodeDesign):
             wiring.unwire_component(handles, index)
             pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
             wiring.wire_component(handles, index, pid)
+        with lab.inner(number) as inner:
+            _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
+                           number, index)
         result["restarted"] = True
         return result
 
@@ -222,7 +231,10 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
         child = docker_engine.start_container(
             inner, images.COMPONENT_IMAGE, name=component,
             labels=labels(lab, node=topo.node_name(node), component=component),
-            environment=component_environment(build.plan, lab, node, index),
+            environment=component_environment(build.plan, lab, node, index,
+                                              strategies.named(request.routing)),
+            security={"cap_add": list(request.component_caps)} if request.component_caps
+            else None,
             hostname=f"{topo.node_name(node)}-{component}",
             mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
             nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
@@ -230,6 +242,29 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
         raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
                                  f"{docker_engine.explain(exc)}") from exc
     return int(child.attrs["State"]["Pid"])
+
+
+def _start_routing(inner: docker.DockerClient, routing: RoutingStrategy, plan: AddressPlan,
+                   node: int, index: int) -> None:
+    """Start the strategy's daemon in a wired component (after wiring: it needs the
+    interfaces and the kernel settings wiring writes)."""
+    command = routing.daemon(plan, node, index)
+    if not command:
+        return
+    component = topo.component_name(index)
+    try:
+        exec_id = inner.api.exec_create(component, command, stdout=True, stderr=True)["Id"]
+        output = inner.api.exec_start(exec_id)
+        code = inner.api.exec_inspect(exec_id).get("ExitCode")
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"starting {routing.name} routing in {component} of node "
+                                 f"n{node} failed: {docker_engine.explain(exc)}") from exc
+    if code != 0:
+        text = output.decode(errors="replace").strip()[-300:]
+        raise EnvironmentProblem(
+            f"starting {routing.name} routing in {component} of node n{node} failed "
+            f"(exit {code}): {text or command[0] + ' gave no output'}",
+            hint=f"{command[0]} must be in the component's image")
 
 
 def _archive(path: Path) -> bytes:
