@@ -1,0 +1,144 @@
+"""Routing inside the nodes (issue 17) on real Docker, OVS and namespaces.
+
+Labs: `rb5` (5 nodes x 2 iPHYs, --routing babel, a line then a ring link), `rn1`
+(one node, --routing none) and `rc1` (one node, --component-caps none). Timings are
+printed (pytest -s shows them), never asserted beyond the issue's 30 s budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "nestednet")
+LINE = [("n1:iphy1", "n2:iphy1"), ("n2:iphy2", "n3:iphy1"), ("n3:iphy2", "n4:iphy1"),
+        ("n4:iphy2", "n5:iphy1")]
+RING = ("n1:iphy2", "n5:iphy2")
+
+
+def nn(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def run_in(lab: str, node: str, component: str, *cmd: str,
+           timeout: int = 120) -> subprocess.CompletedProcess:
+    return nn("exec", "--lab", lab, node, component, "--", *cmd, timeout=timeout)
+
+
+def wait_for_ping(lab: str, node: str, address: str, budget: float) -> float | None:
+    """Seconds until ``node``'s GNAB gets an answer from ``address``, or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < budget:
+        if run_in(lab, node, "gnab", "ping", "-c", "1", "-W", "1", address).returncode == 0:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    return None
+
+
+def longest_gap(ping_output: str, interval: float) -> tuple[float, int]:
+    """(longest run of unanswered probes in seconds, last answered icmp_seq)."""
+    seqs = sorted(int(s) for s in re.findall(r"icmp_seq=(\d+) ttl", ping_output))
+    assert seqs, ping_output[-500:]
+    gaps = [b - a for a, b in itertools.pairwise(seqs)] or [1]
+    return (max(gaps) - 1) * interval, seqs[-1]
+
+
+@pytest.fixture(scope="module")
+def babel_lab():
+    lab = "rb5"
+    nn("delete", "--lab", lab)
+    done = nn("create", "--lab", lab, "--nodes", "5", "--iphys", "2", "--memory", "64",
+              "--routing", "babel")
+    assert done.returncode == 0, done.stderr
+    yield lab
+    assert nn("delete", "--lab", lab).returncode == 0
+
+
+@pytest.mark.system
+def test_babel_routes_across_a_line_and_around_a_cut(babel_lab):
+    lab = babel_lab
+    status = json.loads(nn("status", "--lab", lab, "--json").stdout)
+    addresses = {n["node"]: n["node_address"] for n in status["nodes"]}
+    assert addresses == {f"n{i}": f"10.100.0.{i}" for i in range(1, 6)}
+    assert status["routing"] == "babel"
+    assert wait_for_ping(lab, "n1", addresses["n5"], 5) is None, "no links, no route"
+
+    for a, b in LINE:
+        assert nn("link", "add", "--lab", lab, a, b).returncode == 0
+    took = wait_for_ping(lab, "n1", addresses["n5"], 30)
+    print(f"\nbabel: n1 -> n5 (4 links, 8 forwarding hops) answered {took} s after the links")
+    assert took is not None, "n1 did not reach n5 within 30 s of the links existing"
+
+    trace = run_in(lab, "n1", "gnab", "traceroute", "-n", "-q", "1", "-w", "1", "-m", "12",
+                   addresses["n5"])
+    assert trace.returncode == 0, trace.stderr
+    hops = [line.split()[1] for line in trace.stdout.splitlines()[1:]]
+    print(trace.stdout)
+    # GNAB -> iPHY1 | n2 iPHY1, iPHY2 | n3 x2 | n4 x2 | n5 iPHY1 -> n5's GNAB
+    assert len(hops) == 9 and hops[-1] == addresses["n5"], trace.stdout
+    assert hops[0] == "192.168.0.11" and hops[1] == "192.168.2.3", trace.stdout
+
+    assert nn("link", "add", "--lab", lab, *RING).returncode == 0
+    assert wait_for_ping(lab, "n5", addresses["n1"], 30) is not None
+    time.sleep(3)  # the ring's routes settle before the cut
+    interval, window = 0.1, 30
+    ping = subprocess.Popen(
+        [CLI, "exec", "--lab", lab, "n1", "gnab", "--", "ping", "-i", str(interval),
+         "-w", str(window), "-W", "1", addresses["n3"]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    cut = nn("link", "del", "--lab", lab, "n2:iphy2", "n3:iphy1")
+    assert cut.returncode == 0, cut.stderr
+    out, _ = ping.communicate(timeout=window + 30)
+    outage, last = longest_gap(out, interval)
+    print(f"babel: n1 -> n3 after cutting n2-n3 with the ring n1-n5 up: "
+          f"{outage:.1f} s without answers (ping -i {interval})")
+    assert last > (window - 3) / interval, "traffic n1 -> n3 did not come back"
+    trace = run_in(lab, "n1", "gnab", "traceroute", "-n", "-q", "1", "-w", "1", "-m", "12",
+                   addresses["n3"])
+    print(trace.stdout)
+    hops = [line.split()[1] for line in trace.stdout.splitlines()[1:]]
+    # now around the ring: n1 iPHY2 -> n5 (2 iPHYs) -> n4 (2) -> n3 iPHY2 -> n3's GNAB
+    assert hops[0] == "192.168.0.12" and hops[-1] == addresses["n3"], trace.stdout
+    assert len(hops) == 7, trace.stdout
+
+
+@pytest.mark.system
+def test_with_routing_none_a_component_adds_a_route():
+    lab = "rn1"
+    nn("delete", "--lab", lab)
+    assert nn("create", "--lab", lab, "--nodes", "1", "--iphys", "1").returncode == 0
+    try:
+        done = run_in(lab, "n1", "iphy1", "ip", "route", "add", "203.0.113.0/24", "dev", "inter")
+        assert done.returncode == 0, done.stderr
+        shown = run_in(lab, "n1", "iphy1", "ip", "route", "show", "203.0.113.0/24").stdout
+        assert "dev inter" in shown
+        forward = run_in(lab, "n1", "iphy1", "cat", "/proc/sys/net/ipv4/ip_forward").stdout
+        assert forward.strip() == "1"
+        status = json.loads(nn("status", "--lab", lab, "--json").stdout)
+        assert status["nodes"][0]["node_address"] == "10.100.0.1"
+        lo = run_in(lab, "n1", "gnab", "ip", "-4", "-o", "addr", "show", "dev", "lo").stdout
+        assert "10.100.0.1/32" in lo
+    finally:
+        assert nn("delete", "--lab", lab).returncode == 0
+
+
+@pytest.mark.system
+def test_component_caps_none_takes_the_right_to_route_away():
+    lab = "rc1"
+    nn("delete", "--lab", lab)
+    done = nn("create", "--lab", lab, "--nodes", "1", "--iphys", "1", "--component-caps", "none")
+    assert done.returncode == 0, done.stderr
+    try:
+        denied = run_in(lab, "n1", "iphy1", "ip", "route", "add", "203.0.113.0/24",
+                        "dev", "inter")
+        assert denied.returncode != 0 and "not permitted" in denied.stderr
+    finally:
+        assert nn("delete", "--lab", lab).returncode == 0
