@@ -10,7 +10,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from nestednet.console import err_console, out_console, print_json
-from nestednet.model.component_caps import COMPONENT_CAPS, parse_component_caps
+from nestednet.model.component_spec import (
+    COMPONENT_CAPS,
+    parse_component_caps,
+    parse_component_images,
+)
 from nestednet.model.topology import DEFAULT_LAB
 from nestednet.routing import strategies
 
@@ -50,9 +54,15 @@ def register(group: click.Group) -> None:
                    "nestednet.lab.flat). Limits then apply to the whole node.")
 @ROUTING_OPTION
 @COMPONENT_CAPS_OPTION
+@click.option("--image", "user_images", multiple=True, metavar="ROLE=IMAGE",
+              callback=lambda _ctx, _param, value: parse_component_images(value),
+              help="Run your own image for every gnab or every iphy (repeatable), taken "
+                   "from the host's engine. NestedNet's agent and routing run beside it in "
+                   "a sidecar sharing its network namespace; its own process must keep "
+                   "running.")
 def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | None,
            jobs: int | None, timings: bool, flat: bool, routing: str,
-           component_caps: tuple[str, ...]) -> None:
+           component_caps: tuple[str, ...], user_images: tuple[tuple[str, str], ...]) -> None:
     """Create a lab of N nodes, each a GNAB plus M iPHYs.
 
     Every node is a Docker-in-Docker parent `<lab>-n<i>` holding an inner engine
@@ -79,6 +89,7 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
                                        memory_mb=memory, design=design.kind,
                                        routing=routing, component_caps=component_caps,
+                                       images=user_images,
                                        jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS)
     lab_create.validate(request)
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),

@@ -56,7 +56,17 @@ def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
     if routing.name not in design.routings:
         raise UsageError(f"--routing {routing.name} is not available in {request.design} labs",
                          hint=f"{request.design} labs route with: {', '.join(design.routings)}")
+    if request.images and not design.user_images:
+        raise UsageError(f"--image is not available in {request.design} labs",
+                         hint="their components are processes in one container")
     return shape, plan
+
+
+def _check_user_images(client: docker.DockerClient, request: CreateRequest) -> None:
+    for role, ref in request.images:
+        if not docker_engine.image_exists(client, ref):
+            raise UsageError(f"--image {role}={ref}: no such image in the host's Docker engine",
+                             hint=f"build or pull it first (`docker image ls {ref}`)")
 
 
 def _check_free(lab: str, record: LabRecord, client: docker.DockerClient, ovs: Ovsdb,
@@ -85,6 +95,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
     client = docker_engine.connect()
     for image in design.required_images():
         images.require(client, image)
+    _check_user_images(client, request)
     host_ovs = Ovsdb()
     record = LabRecord(request.lab)
     clock = PhaseClock()
@@ -140,6 +151,7 @@ def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, d
         "memory_mb": request.memory_mb, "datapath": datapath,
         "parent_security": parent_security,
         "routing": request.routing, "component_caps": list(request.component_caps),
+        "images": dict(request.images),
         "plan": plan.as_dict(), "main_bridge": topo.main_bridge(request.lab),
         "ca": {"netns": topo.control_netns(request.lab),
                "bridge": topo.control_bridge(request.lab),

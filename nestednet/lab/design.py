@@ -35,7 +35,7 @@ from nestednet.lab.record import LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
-from nestednet.model.component_caps import COMPONENT_CAPS
+from nestednet.model.component_spec import COMPONENT_CAPS
 from nestednet.routing.strategy import RoutingStrategy
 
 DEFAULT_JOBS = max(2, min(8, (os.cpu_count() or 2) * 2))
@@ -62,6 +62,12 @@ class CreateRequest:
     """Which routing strategy runs in the nodes (nestednet.routing.strategies)."""
     component_caps: tuple[str, ...] = COMPONENT_CAPS
     """Capabilities added to Docker's defaults in every component (`--component-caps`)."""
+    images: tuple[tuple[str, str], ...] = ()
+    """(role, image) pairs: users' images for the GNABs and/or iPHYs (`--image`)."""
+
+    def image_for(self, component: int) -> str | None:
+        """The user's image for this component, or None for NestedNet's own."""
+        return dict(self.images).get("gnab" if component == 0 else "iphy")
 
 
 
@@ -131,6 +137,8 @@ class NodeDesign(abc.ABC):
     """How `nestednet create` names a lab of this design ("" or "flat ")."""
     routings: tuple[str, ...] = ("none",)
     """The routing strategies (nestednet.routing.strategies) its nodes can run."""
+    user_images: bool = False
+    """Whether its components can run users' images (`--image`)."""
 
     @abc.abstractmethod
     def required_images(self) -> tuple[str, ...]:

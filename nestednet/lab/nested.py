@@ -101,6 +101,7 @@ class NestedDesign(NodeDesign):
             node_ovs = Ovsdb(f"unix:{state_dir}/ovs/db.sock")
         try:
             with build.phase("children", node):
+                _load_user_images(build, inner)
                 children = _start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent.reload()
@@ -119,7 +120,8 @@ class NestedDesign(NodeDesign):
                             f"{exc}") from exc
                 routing = strategies.named(build.request.routing)
                 for index in children:
-                    _start_routing(inner, routing, build.plan, node, index)
+                    _start_routing(inner, routing, build.plan, node, index,
+                                   sidecar=build.request.image_for(index) is not None)
         finally:
             node_ovs.close()
             inner.close()
@@ -194,6 +196,9 @@ class NestedDesign(NodeDesign):
             child.restart(timeout=5)
             child.reload()
             inner_pid = int(child.attrs["State"]["Pid"])
+            sidecar = _sidecar(inner, component)
+            if sidecar is not None:  # it must join the restarted component's new namespace
+                sidecar.restart(timeout=5)
         parent = lab.parent(number)
         parent_pid = int(parent.attrs["State"]["Pid"])
         plan = plan_from_dict(lab.shape, lab.meta["plan"])
@@ -206,7 +211,7 @@ class NestedDesign(NodeDesign):
             wiring.wire_component(handles, index, pid)
         with lab.inner(number) as inner:
             _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
-                           number, index)
+                           number, index, sidecar=_sidecar(inner, component) is not None)
         result["restarted"] = True
         return result
 
@@ -224,36 +229,76 @@ def _start_children(build: Build, inner: docker.DockerClient, node: int) -> dict
         return dict(enumerate(pids))
 
 
+SIDECAR_SUFFIX = "-nestednet"
+"""A component from a user's image gets a sidecar `<component>-nestednet` from the
+component image, sharing its network namespace: NestedNet's own processes (the GNAB
+agent, routing daemons, direct's route listener) run there, so a user's image needs
+neither Python nor babeld, only a process that keeps running."""
+
+
+def _load_user_images(build: Build, inner: docker.DockerClient) -> None:
+    """Users' images into this node's engine (from the host's, as `docker save`
+    archives; layers the component image already brought are not written again)."""
+    for _role, ref in build.request.images:
+        with open(images.image_archive(build.client, ref), "rb") as tar:
+            try:
+                inner.images.load(tar.read())
+            except docker.errors.DockerException as exc:
+                raise EnvironmentProblem(f"loading image {ref} into a node failed: "
+                                         f"{docker_engine.explain(exc)}") from exc
+
+
 def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int) -> int:
     lab, request = build.request.lab, build.request
     component = topo.component_name(index)
+    user_image = request.image_for(index)
+    environment = component_environment(build.plan, lab, node, index,
+                                        strategies.named(request.routing))
+    common = {"labels": labels(lab, node=topo.node_name(node), component=component),
+              "security": {"cap_add": list(request.component_caps)}
+              if request.component_caps else None}
     try:
         child = docker_engine.start_container(
-            inner, images.COMPONENT_IMAGE, name=component,
-            labels=labels(lab, node=topo.node_name(node), component=component),
-            environment=component_environment(build.plan, lab, node, index,
-                                              strategies.named(request.routing)),
-            security={"cap_add": list(request.component_caps)} if request.component_caps
-            else None,
+            inner, build.client.images.get(user_image).id if user_image
+            else images.COMPONENT_IMAGE, name=component,
+            environment={**environment, "NESTEDNET_SIDECAR": component + SIDECAR_SUFFIX}
+            if user_image else environment,
             hostname=f"{topo.node_name(node)}-{component}",
             mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
-            nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
+            nano_cpus=int(request.cpus * 1e9) if request.cpus else None, **common)
+        if user_image:
+            docker_engine.start_container(
+                inner, images.COMPONENT_IMAGE, name=component + SIDECAR_SUFFIX,
+                environment=environment, network_mode=f"container:{child.id}", **common)
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
                                  f"{docker_engine.explain(exc)}") from exc
+    child.reload()
+    if child.status != "running":
+        raise EnvironmentProblem(f"{component} in node n{node} stopped at once (image "
+                                 f"{user_image or images.COMPONENT_IMAGE})",
+                                 hint="a component's image must run a process that stays up")
     return int(child.attrs["State"]["Pid"])
 
 
+def _sidecar(inner: docker.DockerClient, component: str):
+    try:
+        return inner.containers.get(component + SIDECAR_SUFFIX)
+    except docker.errors.NotFound:
+        return None
+
+
 def _start_routing(inner: docker.DockerClient, routing: RoutingStrategy, plan: AddressPlan,
-                   node: int, index: int) -> None:
-    """Start the strategy's daemon in a wired component (after wiring: it needs the
-    interfaces and the kernel settings wiring writes)."""
+                   node: int, index: int, *, sidecar: bool) -> None:
+    """Start the strategy's daemon in a wired component, or in its sidecar (after
+    wiring: it needs the interfaces and the kernel settings wiring writes)."""
     command = routing.daemon(plan, node, index)
     if not command:
         return
     component = topo.component_name(index)
+    target = component + SIDECAR_SUFFIX if sidecar else component
     try:
-        exec_id = inner.api.exec_create(component, command, stdout=True, stderr=True)["Id"]
+        exec_id = inner.api.exec_create(target, command, stdout=True, stderr=True)["Id"]
         output = inner.api.exec_start(exec_id)
         code = inner.api.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.DockerException as exc:

@@ -9,6 +9,9 @@ from hello loss); the intra-node net is a real switch (`type wired`).
   and nothing else, and installs the routes it learns with that address as
   preferred source, so traffic it starts comes back to the node.
 * iPHY: babeld on `intra` and `inter`; it announces nothing of its own and forwards.
+  Its routes prefer its inter-node address as source: that is the source of the ICMP
+  errors it sends (traceroute's hops), and unlike its intra address (the same in
+  every node, so a node on the way back would drop it as its own) it is unique.
 * Everywhere: only node addresses are accepted (`in` filters), so the paper's
   192.168.x addresses keep their meaning; babeld does not touch kernel settings
   (`skip-kernel-setup`: /proc/sys is read-only in a container, and the lab wrote
@@ -44,6 +47,8 @@ def statements(plan: AddressPlan, node: int, component: int) -> list[str]:
     if component == 0:
         lines += [f"redistribute local ip {own}/32 allow",
                   f"install ip {net} ge 32 pref-src {own}"]
+    else:
+        lines.append(f"install ip {net} ge 32 pref-src {plan.inter_address(node, component).ip}")
     lines += ["redistribute local deny", "redistribute deny"]
     return lines
 

@@ -12,7 +12,7 @@ from nestednet.agent.routes import Peer, Route
 from nestednet.errors import UsageError
 from nestednet.lab.wiring import component_sysctls
 from nestednet.model.addressing import AddressPlan, plan_from_dict
-from nestednet.model.component_caps import COMPONENT_CAPS, parse_component_caps
+from nestednet.model.component_spec import COMPONENT_CAPS, parse_component_caps
 from nestednet.model.topology import Shape
 from nestednet.routing import babel, strategies
 

@@ -1,8 +1,13 @@
-"""The Linux capabilities NestedNet adds to its components (pure).
+"""What a lab's components are made of, as the user asks for it (pure): the
+capabilities added to them and the images they run.
 
 A GNAB or iPHY is a container with Docker's default capabilities; to route, the
 code in it needs CAP_NET_ADMIN, which the default set lacks. The lab adds the set
 below unless `--component-caps` narrows it.
+
+By default every component runs NestedNet's component image; `--image gnab=REF` or
+`--image iphy=REF` runs a user's image instead (nestednet.lab.nested says how
+NestedNet's own processes then run beside it).
 """
 
 from __future__ import annotations
@@ -32,3 +37,21 @@ def parse_component_caps(text: str) -> tuple[str, ...]:
         if cap not in caps:
             caps.append(cap)
     return tuple(caps)
+
+
+IMAGE_ROLES = ("gnab", "iphy")
+
+
+def parse_component_images(values: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:
+    """`--image ROLE=REF` options -> ((role, ref), ...), one per role at most."""
+    chosen: dict[str, str] = {}
+    for value in values:
+        role, sep, ref = value.partition("=")
+        role, ref = role.strip().lower(), ref.strip()
+        if not sep or role not in IMAGE_ROLES or not ref:
+            raise UsageError(f"--image {value}: expected ROLE=IMAGE with ROLE one of "
+                             f"{', '.join(IMAGE_ROLES)}", hint="e.g. --image gnab=myteam/gnab:1")
+        if role in chosen:
+            raise UsageError(f"--image: {role} given twice ({chosen[role]}, {ref})")
+        chosen[role] = ref
+    return tuple(sorted(chosen.items()))
