@@ -63,6 +63,7 @@ def test_babel_announces_only_the_gnabs_node_address() -> None:
     assert "redistribute local ip 10.100.0.3/32 allow" in gnab
     assert "install ip 10.100.0.0/16 ge 32 pref-src 10.100.0.3" in gnab
     assert not any("allow" in s and "redistribute" in s for s in iphy)
+    assert "install ip 10.100.0.0/16 ge 32 pref-src 192.168.2.5" in iphy  # n3 iPHY1
     assert any(s.startswith("interface inter type wireless") for s in iphy)
     assert not any(s.startswith("interface inter") for s in gnab)
     for lines in (gnab, iphy):
