@@ -19,5 +19,10 @@ class DirectRouting(RoutingStrategy):
     name = "direct"
     summary = "the GNAB agent installs a route per link (one hop, no relaying)"
 
+    def environment(self, plan: AddressPlan, node: int, component: int) -> dict[str, str]:
+        """The route listener in each iPHY accepts route sets from the GNAB only."""
+        return {**super().environment(plan, node, component),
+                "NESTEDNET_GNAB_INTRA": str(plan.intra_address(0).ip)}
+
     def daemon(self, plan: AddressPlan, node: int, component: int) -> list[str] | None:
         return None

@@ -1,7 +1,8 @@
 """Routing inside the nodes (issue 17) on real Docker, OVS and namespaces.
 
 Labs: `rb5` (5 nodes x 2 iPHYs, --routing babel, a line then a ring link), `rn1`
-(one node, --routing none) and `rc1` (one node, --component-caps none). Timings are
+(one node, --routing none), `rc1` (one node, --component-caps none) and `rd4` (4 nodes
+x 2 iPHYs, --routing direct, GNABs from a user's image, a CA stepping a scenario). Timings are
 printed (pytest -s shows them), never asserted beyond the issue's 30 s budget.
 """
 
@@ -12,10 +13,15 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from nestednet.ca.session import CaSession
+from nestednet.lab.nodes import Lab
+from nestednet.model.scenario_file import load_scenario
 
 CLI = str(Path(sys.executable).parent / "nestednet")
 LINE = [("n1:iphy1", "n2:iphy1"), ("n2:iphy2", "n3:iphy1"), ("n3:iphy2", "n4:iphy1"),
@@ -145,3 +151,68 @@ def test_component_caps_none_takes_the_right_to_route_away():
         assert denied.returncode != 0 and "not permitted" in denied.stderr
     finally:
         assert nn("delete", "--lab", lab).returncode == 0
+
+
+USER_IMAGE = "nestednet-test/user-gnab:route"
+
+
+@pytest.fixture(scope="module")
+def direct_lab(tmp_path_factory):
+    """4 nodes x 2 iPHYs, --routing direct, every GNAB from a user's image: the
+    component image plus one extra file, built here."""
+    context = tmp_path_factory.mktemp("user-image")
+    (context / "extra.txt").write_text("made by the user\n")
+    (context / "Dockerfile").write_text(
+        "FROM nestednet/component:latest\nCOPY extra.txt /opt/user-extra.txt\n")
+    built = subprocess.run(["docker", "build", "-q", "-t", USER_IMAGE, str(context)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    lab = "rd4"
+    nn("delete", "--lab", lab)
+    done = nn("create", "--lab", lab, "--nodes", "4", "--iphys", "2", "--memory", "64",
+              "--routing", "direct", "--image", f"gnab={USER_IMAGE}")
+    assert done.returncode == 0, done.stderr
+    yield lab
+    assert nn("delete", "--lab", lab).returncode == 0
+    subprocess.run(["docker", "image", "rm", USER_IMAGE], capture_output=True)
+
+
+def reaches(lab: str, src: str, address: str, tries: int) -> bool:
+    for _ in range(tries):
+        if run_in(lab, src, "gnab", "ping", "-c", "1", "-W", "1", address).returncode == 0:
+            return True
+    return False
+
+
+@pytest.mark.system
+def test_direct_routing_in_a_run_reaches_linked_nodes_only(direct_lab, tmp_path):
+    lab = direct_lab
+    extra = run_in(lab, "n1", "gnab", "cat", "/opt/user-extra.txt")
+    assert extra.stdout == "made by the user\n", extra.stderr
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" /
+                             "small-4x2.json")
+    with CaSession(scenario, Lab.open(lab), tmp_path / "events.jsonl") as session:
+        assert session.wait_for_hellos(120, threading.Event()), "user GNABs never said HELLO"
+        for index in range(len(scenario.steps)):
+            session.apply_step(index)
+            deadline = time.monotonic() + 30
+            while not session.settled() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            linked = {}
+            for link in session.table.links():
+                a, b = (f"n{session.lab_node[x]}" for x in (link.src, link.dst))
+                linked[(a, b)] = f"iphy{link.src_iphy}"
+                linked[(b, a)] = f"iphy{link.dst_iphy}"
+            for a in ("n1", "n2", "n3", "n4"):
+                for b in ("n1", "n2", "n3", "n4"):
+                    if a == b:
+                        continue
+                    target = f"10.100.0.{b[1:]}"
+                    if (a, b) in linked:
+                        assert reaches(lab, a, target, 10), f"step {index}: {a} -/-> {b}"
+                        route = run_in(lab, a, "gnab", "ip", "route", "get", target).stdout
+                        iphy = int(linked[(a, b)].removeprefix("iphy"))
+                        assert f"via 192.168.0.{10 + iphy} " in route, route
+                        assert f"src 10.100.0.{a[1:]}" in route, route
+                    else:
+                        assert not reaches(lab, a, target, 1), f"step {index}: {a} -> {b}"
