@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,7 +220,7 @@ def image_archive(client: docker.DockerClient, ref: str, kind: str = "user") -> 
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     path = CACHE_DIR / f"{kind}-{image.id.split(':')[1][:16]}.tar"
     if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         with open(tmp, "wb") as out:
             for chunk in image.save(named=ref if ref in image.tags else False):
                 out.write(chunk)

@@ -56,10 +56,12 @@ class NestedDesign(NodeDesign):
     kind = "nested"
     phases = ("image", "parents", "inner daemons", "children", "wiring")
     routings = tuple(strategies.STRATEGIES)
+    user_images = True
 
     def __init__(self) -> None:
         self.security: dict = {}
         self.template = None
+        self.user_archives: list[Path] = []
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -73,6 +75,8 @@ class NestedDesign(NodeDesign):
     def prepare(self, build: Build) -> None:
         with build.clock.span(TEMPLATE_PHASE):
             self.template = node_image.template_for(build.client, self.security)
+            self.user_archives = [images.image_archive(build.client, ref)
+                                  for _role, ref in build.request.images]
 
     # --- create -------------------------------------------------------------------
 
@@ -101,7 +105,7 @@ class NestedDesign(NodeDesign):
             node_ovs = Ovsdb(f"unix:{state_dir}/ovs/db.sock")
         try:
             with build.phase("children", node):
-                _load_user_images(build, inner)
+                _load_user_images(self.user_archives, inner)
                 children = _start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent.reload()
@@ -236,16 +240,17 @@ agent, routing daemons, direct's route listener) run there, so a user's image ne
 neither Python nor babeld, only a process that keeps running."""
 
 
-def _load_user_images(build: Build, inner: docker.DockerClient) -> None:
+def _load_user_images(archives: list[Path], inner: docker.DockerClient) -> None:
     """Users' images into this node's engine (from the host's, as `docker save`
-    archives; layers the component image already brought are not written again)."""
-    for _role, ref in build.request.images:
-        with open(images.image_archive(build.client, ref), "rb") as tar:
+    archives made once per create; layers the component image already brought are
+    not written again)."""
+    for archive in archives:
+        with open(archive, "rb") as tar:
             try:
                 inner.images.load(tar.read())
             except docker.errors.DockerException as exc:
-                raise EnvironmentProblem(f"loading image {ref} into a node failed: "
-                                         f"{docker_engine.explain(exc)}") from exc
+                raise EnvironmentProblem(f"loading image archive {archive.name} into a node "
+                                         f"failed: {docker_engine.explain(exc)}") from exc
 
 
 def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int) -> int:
