@@ -61,15 +61,19 @@ class Peer:
 
 
 def node_routes(links: dict[str, tuple[str, str]], directory: dict[str, Peer],
-                iphys: dict[str, str], own_address: str,
-                gnab_intra: str) -> dict[str, list[Route]]:
+                iphys: dict[str, str], own_address: str, gnab_intra: str,
+                own_inter: dict[str, str] | None = None) -> dict[str, list[Route]]:
     """Every component's routes ("gnab" and each iPHY name) for the given links.
 
     ``links`` maps peer -> (local iPHY, peer iPHY), as the agent keeps them; peers
-    missing from ``directory`` (or iPHYs it does not know) get no route.
+    missing from ``directory`` (or iPHYs it does not know) get no route. An iPHY's
+    routes prefer its inter address (``own_inter``) as source: its ICMP errors then
+    come from an address no other node has (intra addresses repeat in every node).
     """
+    inter = own_inter or {}
     out: dict[str, list[Route]] = {"gnab": []}
-    out.update({name: [Route(f"{own_address}/32", gnab_intra, INTRA_IF)] for name in iphys})
+    out.update({name: [Route(f"{own_address}/32", gnab_intra, INTRA_IF, inter.get(name, ""))]
+                for name in iphys})
     for peer, (local, remote) in sorted(links.items()):
         info = directory.get(peer)
         if info is None or local not in iphys or remote not in info.iphys:
@@ -77,8 +81,9 @@ def node_routes(links: dict[str, tuple[str, str]], directory: dict[str, Peer],
         dst = f"{info.address}/32"
         out["gnab"].append(Route(dst, iphys[local], INTRA_IF, own_address))
         for name in iphys:
-            out[name].append(Route(dst, info.iphys[remote], INTER_IF) if name == local
-                             else Route(dst, iphys[local], INTRA_IF))
+            out[name].append(Route(dst, info.iphys[remote] if name == local else iphys[local],
+                                   INTER_IF if name == local else INTRA_IF,
+                                   inter.get(name, "")))
     return out
 
 
@@ -131,8 +136,18 @@ class RouteSync:
         self._send = send or _udp_send
         self._applied: list[Route] | None = None
 
-    def sync(self, links: dict[str, tuple[str, str]], *, resend: bool = False) -> None:
-        routes = node_routes(links, self.directory, self.iphys, self.own, self.gnab_intra)
+    def learn(self, directory: dict) -> None:
+        """The directory an ID message carries (node -> {address, iphys})."""
+        self.directory = {node: Peer(str(entry["address"]), dict(entry["iphys"]))
+                          for node, entry in directory.items()}
+
+    def sync(self, links: dict[str, tuple[str, str]], me: str = "", *,
+             resend: bool = False) -> None:
+        """Apply the GNAB's routes if they changed; send the iPHYs theirs if they
+        changed or ``resend``. ``me`` is this node's name in the directory."""
+        own = self.directory.get(me)
+        routes = node_routes(links, self.directory, self.iphys, self.own, self.gnab_intra,
+                             own.iphys if own else None)
         changed = routes["gnab"] != self._applied
         if changed and apply(routes["gnab"], self._run):
             self._applied = routes["gnab"]

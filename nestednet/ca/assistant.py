@@ -141,9 +141,11 @@ class CommunicationAssistant:
 
     def __init__(self, server: ControlServer, table: InterNodeLinks, installer: FlowInstaller,
                  node_ids: dict[str, int], control_ips: dict[str, str],
-                 events: EventLog, aliases: dict[str, str] | None = None) -> None:
+                 events: EventLog, aliases: dict[str, str] | None = None,
+                 directory: dict[str, dict] | None = None) -> None:
         """``node_ids``/``control_ips`` are keyed by scenario node name; ``aliases`` maps
-        the name an agent says in HELLO (its lab node, e.g. ``n3``) to that name."""
+        the name an agent says in HELLO (its lab node, e.g. ``n3``) to that name;
+        ``directory`` (node -> {address, iphys}) goes to every agent in its ID."""
         self.server = server
         self.table = table
         self.installer = installer
@@ -151,6 +153,7 @@ class CommunicationAssistant:
         self.control_ips = control_ips
         self.events = events
         self.aliases = aliases or {}
+        self.directory = directory
         self.sessions = Sessions()
         self.visible: dict[str, list[str]] = {node: [] for node in node_ids}
         self.progress = StepProgress()
@@ -250,7 +253,8 @@ class CommunicationAssistant:
         self.hello_seen.add(node)
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
                     control_ip=self.control_ips[node], links=self._links_of(node),
-                    iphys=[iphy_name(i) for i in self.table.iphys_of(node)])
+                    iphys=[iphy_name(i) for i in self.table.iphys_of(node)],
+                    **({"directory": self.directory} if self.directory else {}))
         self._event("hello", nodes=[node], ready_iphys=up, reconnect=bool(msg.get("links")))
         if self.progress.step >= 0:
             self._send_step(node)

@@ -51,6 +51,10 @@ class RunOptions:
     """Set by the caller when ensure_lab() made the lab for this run."""
     plot_dir: Path | None = None
     """Write one connectivity picture per step here (`nestednet run --plot DIR`)."""
+    routing: str = "none"
+    """Routing strategy of a lab this run creates (an existing lab keeps its own)."""
+    component_caps: tuple[str, ...] | None = None
+    """Capabilities of a created lab's components (None: the default set)."""
 
 
 @dataclass
@@ -141,7 +145,8 @@ class CaSession:
             control_ips={name: str(plan.control_address(k).ip)
                          for name, k in self.lab_node.items()},
             events=self.events,
-            aliases={topo.node_name(k): name for name, k in self.lab_node.items()})
+            aliases={topo.node_name(k): name for name, k in self.lab_node.items()},
+            directory=self.directory())
         self.server.start(self.ca)
         try:
             # On the server thread, which uses it: a thread that imports os-ken (as the
@@ -152,6 +157,14 @@ class CaSession:
             raise
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
+
+    def directory(self) -> dict[str, dict]:
+        """Every scenario node's node address and iPHY inter addresses (sent in ID)."""
+        plan = self.links.plan
+        return {name: {"address": str(plan.node_address(k).ip),
+                       "iphys": {topo.component_name(j): str(plan.inter_address(k, j).ip)
+                                 for j in range(1, plan.shape.iphys + 1)}}
+                for name, k in self.lab_node.items()}
 
     def port_of(self, node: str, iphy: str) -> int:
         return self.links.port(topo.Endpoint(self.lab_node[node],
@@ -248,8 +261,10 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     needed_iphys = max(n.iphys for n in scenario.nodes)
     notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
     jobs = {"jobs": options.jobs} if options.jobs else {}
+    caps = {"component_caps": options.component_caps} \
+        if options.component_caps is not None else {}
     create(CreateRequest(lab=options.lab, nodes=len(scenario.nodes), iphys=needed_iphys,
-                         **jobs))
+                         routing=options.routing, **jobs, **caps))
     return True
 
 

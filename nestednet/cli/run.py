@@ -15,6 +15,7 @@ from rich.live import Live as RichLive
 from rich.text import Text
 
 from nestednet.ca import session
+from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
 from nestednet.console import err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
 from nestednet.lab import runs
@@ -47,10 +48,13 @@ def register(group: click.Group) -> None:
               help="Seconds to wait for every GNAB agent's HELLO.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write a connectivity picture (PNG) per step into this directory.")
+@ROUTING_OPTION
+@COMPONENT_CAPS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
         remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
-        plot_dir: Path | None = None) -> None:
+        plot_dir: Path | None = None, routing: str = "none",
+        component_caps: tuple[str, ...] | None = None) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -60,6 +64,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     its figures as the events file has them. Ctrl-C stops promptly, the CA removes
     the links (flows) it installed, the summary so far is printed, exit 130.
     The events file is kept after the lab (the last line says where).
+    --routing and --component-caps apply when run creates the lab; an existing lab
+    keeps what it was created with.
 
     \b
     Examples:
@@ -70,7 +76,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys))
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
-                                 plot_dir=plot_dir)
+                                 plot_dir=plot_dir, routing=routing,
+                                 component_caps=component_caps)
     options.created_lab = session.ensure_lab(loaded, options, notify=progress)
     if options.events is None:
         options.events = runs.results_dir(lab) / "events.jsonl"

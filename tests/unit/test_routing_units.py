@@ -7,7 +7,9 @@ from ipaddress import IPv4Address
 
 import pytest
 
+from nestednet.agent import protocol as p
 from nestednet.agent import routes
+from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.agent.routes import Peer, Route
 from nestednet.errors import UsageError
 from nestednet.lab.wiring import component_sysctls
@@ -133,3 +135,32 @@ def test_route_sync_applies_on_change_and_resends_on_poll() -> None:
     sync.sync({})
     assert "route del" not in calls[-1][1]  # "ip route show" answered [] in this fake
     assert len(calls) == 4
+
+
+def test_iphy_routes_prefer_their_unique_inter_address() -> None:
+    got = routes.node_routes({"b": ("iphy1", "iphy2")}, DIRECTORY, IPHYS, "10.100.0.1",
+                             "192.168.0.1", {"iphy1": "192.168.2.1", "iphy2": "192.168.2.2"})
+    assert got["iphy1"][1] == Route("10.100.0.2/32", "192.168.2.4", "inter", "192.168.2.1")
+    assert got["iphy2"][0] == Route("10.100.0.1/32", "192.168.0.1", "intra", "192.168.2.2")
+
+
+def test_the_agent_learns_the_directory_and_routes_its_links() -> None:
+    config = AgentConfig(node="n1", ca_host="10.99.0.1", ca_port=6100, iphys=IPHYS,
+                         poll_interval=0, state_file=None, routing="direct",
+                         node_address="10.100.0.1")
+    agent = Agent(config)
+    applied, sent = [], []
+    agent.routes._run = lambda command, **kw: (applied.append(kw.get("input")) or
+                                               subprocess.CompletedProcess(command, 0, "[]", ""))
+    agent.routes._send = lambda data, to: sent.append((to, routes.decode(data)))
+    directory = {"a": {"address": "10.100.0.1", "iphys": {"iphy1": "192.168.2.1",
+                                                          "iphy2": "192.168.2.2"}},
+                 "b": {"address": "10.100.0.2", "iphys": {"iphy1": "192.168.2.3",
+                                                          "iphy2": "192.168.2.4"}}}
+    agent.handle(p.decode(p.encode(p.ID, node="a", node_id=1, control_ip="10.99.0.2",
+                                   links=[], directory=directory)))
+    agent.handle({"type": p.LINK_UP, "peer": "b", "local_iphy": "iphy2", "peer_iphy": "iphy1"})
+    agent._sync_routes()
+    assert any("10.100.0.2/32 via 192.168.0.12 dev intra" in (text or "") for text in applied)
+    to_iphy2 = dict(sent)["192.168.0.12"]
+    assert Route("10.100.0.2/32", "192.168.2.3", "inter", "192.168.2.2") in to_iphy2
