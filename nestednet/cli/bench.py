@@ -10,7 +10,7 @@ import click
 from nestednet.console import out_console, print_json, progress
 from nestednet.errors import ExitStatus
 
-EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "all")
+EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "routing", "all")
 
 
 def register(group: click.Group) -> None:
@@ -36,7 +36,9 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bo
       stress   isolation: D = (T1 - T2) / T1 under a 120-stream stress (Fig. 3)
       scaling  intra-node throughput as iPHYs per node grow (Fig. 4)
       startup  creation time vs node count (Table IV)
-      all      every experiment and one report.md
+      routing  babel convergence after a link appears vs hops and nodes (not in
+               the paper, nor in `all`)
+      all      every paper experiment and one report.md
 
     Each writes NAME.json, NAME.png and NAME.md into --out. Labs are created under
     names starting with `b` and deleted afterwards. Needs root, like `create`.

@@ -11,6 +11,8 @@ from nestednet.agent import protocol as p
 from nestednet.agent import routes
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.agent.routes import Peer, Route
+from nestednet.bench import routing as bench_routing
+from nestednet.bench.suite import names
 from nestednet.errors import UsageError
 from nestednet.lab.wiring import component_sysctls
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -164,3 +166,17 @@ def test_the_agent_learns_the_directory_and_routes_its_links() -> None:
     assert any("10.100.0.2/32 via 192.168.0.12 dev intra" in (text or "") for text in applied)
     to_iphy2 = dict(sent)["192.168.0.12"]
     assert Route("10.100.0.2/32", "192.168.2.3", "inter", "192.168.2.2") in to_iphy2
+
+
+def test_routing_bench_reads_the_first_answer_and_builds_lines() -> None:
+    out = ("PING 10.100.0.5 (10.100.0.5) 56(84) bytes of data.\n"
+           "[1700000000.100000] From 192.168.2.1 icmp_seq=3 Destination Host Unreachable\n"
+           "[1700000001.250000] 64 bytes from 10.100.0.5: icmp_seq=12 ttl=56 time=3.1 ms\n")
+    assert bench_routing.first_answer(out) == 1700000001.25
+    assert bench_routing.first_answer("no answers\n") is None
+    chain = bench_routing.line_links(3)
+    assert [(str(a), str(b)) for a, b in chain] == [("n1:iphy2", "n2:iphy1"),
+                                                    ("n2:iphy2", "n3:iphy1")]
+    quick = bench_routing.params(True)
+    assert max(quick["hops"]) + 1 <= 5 and max(quick["nodes"]) <= 8
+    assert "routing" not in names("all") and names("routing") == ["routing"]
