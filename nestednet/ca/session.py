@@ -11,10 +11,11 @@ every flow it installed.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +31,11 @@ from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
+from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
-from nestednet.model.events import negotiation_summary
+from nestednet.model.events import ROUTE, negotiation_summary, route_summary
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario import Scenario
 
@@ -73,6 +75,19 @@ class RunSummary:
     removed_lab: bool = False
     negotiation: dict = field(default_factory=dict)
     """events.negotiation_summary of this run: requests, refusals by reason, latency."""
+    routing: str = "none"
+    routes: list = field(default_factory=list)
+    """events.route_summary of this run: route changes per step and node, convergence."""
+
+
+def describe_routes(routing: str, routes: list) -> str:
+    """One line for a person: route changes and convergence time per step."""
+    if routing == "none":
+        return "routing: none (route changes are recorded only with --routing direct|babel)"
+    steps = "; ".join(f"step {r['step'] + 1}: {r['changes']}"
+                      + (f" in {r['converged_s']:.1f} s" if r["converged_s"] is not None
+                         else "") for r in routes)
+    return f"route changes ({routing}): {steps or 'none'}"
 
 
 def describe_negotiation(negotiation: dict) -> str:
@@ -268,6 +283,25 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     return True
 
 
+@contextlib.contextmanager
+def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[None]:
+    """With routing on, every node-address route change in a GNAB is a `route` event."""
+    if routing == "none" or lab.meta.get("kind", "nested") != "nested":
+        yield
+        return
+    names = {k: name for name, k in ca_session.lab_node.items()}
+    ca = ca_session.ca
+
+    def record(number: int, change: dict, _when: float) -> None:
+        if number in names:
+            ca_session.events.write(ROUTE, scenario_time=ca.progress.scenario_time,
+                                    step=ca.progress.step, nodes=[names[number]],
+                                    op=change["op"], dst=change["dst"], via=change["via"])
+
+    with RouteWatch(lab, record):
+        yield
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
     """Play ``scenario`` on the lab (see ensure_lab); see the module docstring."""
@@ -296,7 +330,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                 live.progress = ca.progress
                 live.links = len(table.links())
 
-            with StepPictures(scenario, ca_session, options.plot_dir) as pictures:
+            summary.routing = lab.meta.get("routing", "none")
+            with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
+                  _route_events(lab, ca_session, summary.routing)):
                 result: PlayResult = player.play(stop, on_tick=tick,
                                                  on_step_done=pictures.step_done)
             summary.steps_played = result.steps_played
@@ -310,6 +346,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.links_failed = counts["link_fail"]
         summary.links_down = counts["link_down"]
         summary.negotiation = negotiation_summary(ca_session.events.records)
+        summary.routes = route_summary(ca_session.events.records)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

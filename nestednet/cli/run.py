@@ -211,6 +211,8 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         f"{summary.requests}", highlight=False, soft_wrap=True)
     out_console.print(session.describe_negotiation(summary.negotiation), highlight=False,
                       soft_wrap=True)
+    out_console.print(session.describe_routes(summary.routing, summary.routes),
+                      highlight=False, soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:

@@ -14,6 +14,9 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
 - ``link_fail``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``, ``reason``.
 - ``link_down``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]``; ``latency_ms``
   (optional): from the visibility loss to the flows removed.
+- ``route``: a route to a node address changed in a node's GNAB (seen from the host,
+  whatever routes: `--routing direct|babel` or the user's code). ``nodes: [node]``;
+  ``op`` add|del, ``dst``, ``via`` (the next hop, or null).
 
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
@@ -36,7 +39,8 @@ LINK_REQUEST = "link_request"
 LINK_UP = "link_up"
 LINK_FAIL = "link_fail"
 LINK_DOWN = "link_down"
-KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN)
+ROUTE = "route"
+KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, ROUTE)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}
@@ -239,6 +243,34 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
             "stale_requests": stale,
             "link_up_latency_ms": figures(latencies["link_up_latency_ms"]),
             "link_up_latency_at_ca_ms": figures(latencies["at_ca_ms"])}
+
+
+def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """Route changes per step: how many, per node, and ``converged_s``, the time from
+    the step taking effect to its last route change (null when nothing changed)."""
+    steps: dict[int, dict[str, Any]] = {}
+    started: dict[int, float] = {}
+    for e in events:
+        if e.step is None:
+            continue
+        if e.event == STEP and e.wall_time is not None:
+            started.setdefault(e.step, e.wall_time)
+        elif e.event == ROUTE and e.nodes:
+            row = steps.setdefault(e.step, {"step": e.step, "changes": 0, "nodes": {},
+                                            "last": None})
+            row["changes"] += 1
+            row["nodes"][e.nodes[0]] = row["nodes"].get(e.nodes[0], 0) + 1
+            if e.wall_time is not None:
+                row["last"] = max(row["last"] or e.wall_time, e.wall_time)
+    out = []
+    for step in sorted(set(steps) | set(started)):
+        row = steps.get(step, {"step": step, "changes": 0, "nodes": {}, "last": None})
+        last = row.pop("last")
+        row["converged_s"] = round(last - started[step], 3) \
+            if last is not None and step in started else None
+        row["nodes"] = dict(sorted(row["nodes"].items()))
+        out.append(row)
+    return out
 
 
 def _finite(value: Any) -> bool:

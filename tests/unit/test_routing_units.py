@@ -6,7 +6,9 @@ import subprocess
 from ipaddress import IPv4Address
 
 import pytest
+from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
+from nestednet.adapters.netlink import route_changes
 from nestednet.agent import protocol as p
 from nestednet.agent import routes
 from nestednet.agent.gnab import Agent, AgentConfig
@@ -17,6 +19,7 @@ from nestednet.errors import UsageError
 from nestednet.lab.wiring import component_sysctls
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 from nestednet.model.component_spec import COMPONENT_CAPS, parse_component_caps
+from nestednet.model.events import ROUTE, STEP, Event, route_summary
 from nestednet.model.topology import Shape
 from nestednet.routing import babel, strategies
 
@@ -180,3 +183,24 @@ def test_routing_bench_reads_the_first_answer_and_builds_lines() -> None:
     quick = bench_routing.params(True)
     assert max(quick["hops"]) + 1 <= 5 and max(quick["nodes"]) <= 8
     assert "routing" not in names("all") and names("routing") == ["routing"]
+
+
+def test_route_summary_counts_changes_and_convergence_per_step() -> None:
+    events = [Event(STEP, 0.0, wall_time=100.0, step=0),
+              Event(ROUTE, 0.5, wall_time=100.5, step=0, nodes=("a",)),
+              Event(ROUTE, 1.5, wall_time=101.75, step=0, nodes=("b",)),
+              Event(ROUTE, 1.6, wall_time=101.5, step=0, nodes=("a",)),
+              Event(STEP, 10.0, wall_time=110.0, step=1)]
+    assert route_summary(events) == [
+        {"step": 0, "changes": 3, "nodes": {"a": 2, "b": 1}, "converged_s": 1.75},
+        {"step": 1, "changes": 0, "nodes": {}, "converged_s": None}]
+
+
+def test_route_messages_from_netlink_are_read_as_changes() -> None:
+    msg = rtmsg()
+    msg["family"], msg["dst_len"], msg["table"], msg["proto"] = 2, 32, 254, 42
+    msg["header"]["type"] = 24  # RTM_NEWROUTE
+    msg["attrs"] = [("RTA_DST", "10.100.0.5"), ("RTA_GATEWAY", "192.168.0.12")]
+    msg.encode()
+    assert route_changes(msg.data) == [{"op": "add", "dst": "10.100.0.5/32",
+                                        "via": "192.168.0.12", "proto": 42}]
