@@ -186,6 +186,32 @@ def links_before(events: Iterable[Event], t: float | None) -> dict[Pair, LinkSta
     return up
 
 
+def path_over_links(links: Iterable[Pair], a: str, b: str) -> list[str] | None:
+    """A fewest-hops path from ``a`` to ``b`` over ``links`` (the nodes along it, ends
+    included), or None; ties go to the alphabetically first neighbour. This is the path
+    a hop-count routing takes; babel's metric may prefer another of the same length."""
+    neighbours: dict[str, set[str]] = {}
+    for x, y in links:
+        neighbours.setdefault(x, set()).add(y)
+        neighbours.setdefault(y, set()).add(x)
+    previous: dict[str, str | None] = {a: None}
+    frontier = [a]
+    while frontier and b not in previous:
+        nxt = []
+        for node in frontier:
+            for other in sorted(neighbours.get(node, ())):
+                if other not in previous:
+                    previous[other] = node
+                    nxt.append(other)
+        frontier = nxt
+    if b not in previous:
+        return None
+    path = [b]
+    while previous[path[-1]] is not None:
+        path.append(previous[path[-1]])  # type: ignore[arg-type]
+    return path[::-1]
+
+
 def percentile(values: Iterable[float], q: float) -> float | None:
     """Nearest-rank percentile ``q`` (0-100] of ``values``; None when there are none."""
     ordered = sorted(values)

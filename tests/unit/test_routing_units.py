@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from ipaddress import IPv4Address
 
 import pytest
+from click.testing import CliRunner
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from nestednet.adapters.netlink import route_changes
@@ -15,11 +17,12 @@ from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.agent.routes import Peer, Route
 from nestednet.bench import routing as bench_routing
 from nestednet.bench.suite import names
+from nestednet.cli import main as nestednet_main
 from nestednet.errors import UsageError
 from nestednet.lab.wiring import component_sysctls
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 from nestednet.model.component_spec import COMPONENT_CAPS, parse_component_caps
-from nestednet.model.events import ROUTE, STEP, Event, route_summary
+from nestednet.model.events import ROUTE, STEP, Event, path_over_links, route_summary
 from nestednet.model.topology import Shape
 from nestednet.routing import babel, strategies
 
@@ -204,3 +207,25 @@ def test_route_messages_from_netlink_are_read_as_changes() -> None:
     msg.encode()
     assert route_changes(msg.data) == [{"op": "add", "dst": "10.100.0.5/32",
                                         "via": "192.168.0.12", "proto": 42}]
+
+
+def test_graph_path_takes_fewest_hops_over_links(tmp_path) -> None:
+    ring = [("n1", "n2"), ("n2", "n3"), ("n3", "n4"), ("n4", "n5"), ("n1", "n5")]
+    assert path_over_links(ring, "n1", "n4") == ["n1", "n5", "n4"]
+    assert path_over_links(ring, "n1", "n3") == ["n1", "n2", "n3"]
+    assert path_over_links(ring[:2], "n1", "n5") is None
+    events = tmp_path / "events.jsonl"
+    lines = [{"event": "step", "scenario_time": 0, "step": 0, "nodes": ["a", "b", "c"],
+              "visible": [["a", "b"], ["b", "c"]]},
+             {"event": "link_up", "scenario_time": 0.1, "step": 0, "nodes": ["a", "b"],
+              "iphys": [1, 1]},
+             {"event": "link_up", "scenario_time": 0.2, "step": 0, "nodes": ["b", "c"],
+              "iphys": [2, 1]}]
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = CliRunner().invoke(nestednet_main, ["graph", str(events), "--path", "a", "c",
+                                                "-o", str(tmp_path / "p.png"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["frames"][0]["path"] == ["a", "b", "c"]
+    bad = CliRunner().invoke(nestednet_main, ["graph", str(events), "--path", "a", "zz",
+                                             "-o", str(tmp_path / "q.png")])
+    assert bad.exit_code == 2
