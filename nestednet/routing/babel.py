@@ -30,7 +30,6 @@ from nestednet.routing.strategy import RoutingStrategy
 HELLO_S = 0.5
 """Hello interval on the inter-node net (babeld's default is 4 s)."""
 WIRED_HELLO_S = 1.0
-PID_FILE = "/run/nestednet-babeld.pid"
 LOG_FILE = "/run/nestednet-babeld.log"
 
 
@@ -58,7 +57,9 @@ class BabelRouting(RoutingStrategy):
     summary = "babeld in every component; routes over any number of hops"
 
     def daemon(self, plan: AddressPlan, node: int, component: int) -> list[str]:
-        command = ["babeld", "-D", "-I", PID_FILE, "-L", LOG_FILE, "-S", ""]
+        # No pid file (-I ""): babeld refuses to start over an old one, and a component
+        # restarted by `swap --restart` keeps its files. No state file either (-S "").
+        command = ["babeld", "-D", "-I", "", "-L", LOG_FILE, "-S", ""]
         for line in statements(plan, node, component):
             command += ["-C", line]
         return command
