@@ -21,6 +21,7 @@ import pytest
 
 from nestednet.ca.session import CaSession
 from nestednet.lab.nodes import Lab
+from nestednet.lab.route_watch import RouteWatch
 from nestednet.model.scenario_file import load_scenario
 
 CLI = str(Path(sys.executable).parent / "nestednet")
@@ -191,7 +192,10 @@ def test_direct_routing_in_a_run_reaches_linked_nodes_only(direct_lab, tmp_path)
     assert extra.stdout == "made by the user\n", extra.stderr
     scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" /
                              "small-4x2.json")
-    with CaSession(scenario, Lab.open(lab), tmp_path / "events.jsonl") as session:
+    seen: list[tuple[int, str, str]] = []
+    with (CaSession(scenario, Lab.open(lab), tmp_path / "events.jsonl") as session,
+          RouteWatch(Lab.open(lab), lambda n, change, _t: seen.append(
+              (n, change["op"], change["dst"])))):
         assert session.wait_for_hellos(120, threading.Event()), "user GNABs never said HELLO"
         for index in range(len(scenario.steps)):
             session.apply_step(index)
@@ -216,3 +220,6 @@ def test_direct_routing_in_a_run_reaches_linked_nodes_only(direct_lab, tmp_path)
                         assert f"src 10.100.0.{a[1:]}" in route, route
                     else:
                         assert not reaches(lab, a, target, 1), f"step {index}: {a} -> {b}"
+            # the host saw each GNAB's route to each linked peer appear (route events)
+            for a, b in linked:
+                assert (int(a[1:]), "add", f"10.100.0.{b[1:]}/32") in seen, (a, b, seen)
