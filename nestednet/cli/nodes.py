@@ -128,11 +128,16 @@ def status(lab: str, as_json: bool) -> None:
     out_console.print(f"nets: intra {plan['intra']}, inter {plan['inter']}, control "
                       f"{plan['control']} (CA {data['ca']['address']} in netns "
                       f"{data['ca']['netns']})")
-    table = Table("node", "state", "mem MB", "component", "state", "intra", "inter/ctl")
+    out_console.print(f"routing {data.get('routing', 'none')}; node addresses "
+                      f"{plan.get('node', '-')} (one /32 per node on its GNAB's loopback)")
+    table = Table("node", "node address", "state", "mem MB", "component", "state", "intra",
+                  "inter/ctl")
     for node in data["nodes"]:
         first = True
         for comp in node["components"] or [{}]:
-            table.add_row(node["node"] if first else "", node["state"] if first else "",
+            table.add_row(node["node"] if first else "",
+                          node.get("node_address", "") if first else "",
+                          node["state"] if first else "",
                           str(node.get("memory_mb")) if first else "",
                           comp.get("component", ""), comp.get("state", ""),
                           _ip(comp.get("intra", "")),
