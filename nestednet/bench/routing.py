@@ -6,8 +6,8 @@ Labs are lines n1-n2-...-nN built with `--routing babel`, every link but n1-n2 i
 place and settled. One measurement: n1's GNAB probes the target's node address
 every PING_S seconds or so (one ping at a time, -D timestamps), the link n1-n2 is
 added, and the convergence time is the first answer's timestamp minus the moment
-the link's flows were installed; then the link is removed again and the path left to expire before the
-next repeat.
+the link's flows were installed; then the link is removed again and the path left
+to expire before the next repeat.
 
 * hops: in one line of max(hops)+1 nodes, targets n(h+1) for each h (hops counts
   links crossed; each link is two forwarding iPHYs);
