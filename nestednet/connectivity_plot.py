@@ -18,6 +18,8 @@ explicit value, else the link model); "a→b/b→a" when the two directions diff
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from nestednet.model.scenario import Scenario
 
 VISIBLE_STYLE = {"color": "#8a97a6", "linewidth": 0.9, "alpha": 0.55, "linestyle": "--"}
 LINK_STYLE = {"color": "#c0392b", "linewidth": 3.0, "alpha": 0.95}
+PATH_STYLE = {"color": "#f1c40f", "linewidth": 7.0, "alpha": 0.6}
 NODE_COLOR = "#1f3b57"
 
 
@@ -53,6 +56,8 @@ class Frame:
     labels: Mapping[Pair, PairLabel] | None = None
     """Per visible pair, the value that colours it and the text beside it."""
     label_kind: str = ""
+    path: tuple[tuple[str, str], tuple[str, ...] | None] | None = None
+    """((from, to), the nodes along a fewest-hops path over the links, or None: none)."""
 
 
 LABEL_KINDS = ("delay", "rate")
@@ -270,6 +275,7 @@ def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position],
                       ha="center", va="center", zorder=6,
                       bbox={"boxstyle": "round,pad=0.12", "facecolor": "white",
                             "edgecolor": "none", "alpha": 0.85})
+    path_label = _draw_path(axes, frame)
     names = sorted(pos)
     xs, ys, zs = (list(c) for c in zip(*(pos[n] for n in names), strict=True)) if names \
         else ([], [], [])
@@ -285,11 +291,33 @@ def _draw(axes: Any, frame: Frame, bounds: tuple[Position, Position],
     handles = [Line2D([], [], **VISIBLE_STYLE, label=f"visible pairs ({visible_count})")]
     if frame.links is not None:
         handles.append(Line2D([], [], **LINK_STYLE, label=f"links ({len(links)})"))
+    if path_label:
+        handles.append(Line2D([], [], **PATH_STYLE, label=path_label))
     axes.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
     head = f"{frame.title} — " if frame.title else ""
     note = "" if frame.links is not None else "   (no events: links not shown)"
     axes.set_title(f"{head}t = {frame.time:g} s   step {frame.index + 1}/{frame.count}{note}",
                    fontsize=10)
+
+
+def with_path(frame: Frame, a: str, b: str) -> Frame:
+    """``frame`` with the fewest-hops path from ``a`` to ``b`` over its links to draw."""
+    path = ev.path_over_links((frame.links or {}).keys(), a, b)
+    return dataclasses.replace(frame, path=((a, b), None if path is None else tuple(path)))
+
+
+def _draw_path(axes: Any, frame: Frame) -> str:
+    """Draw the frame's path under the links; returns its legend text ("" if none asked)."""
+    if frame.path is None:
+        return ""
+    (a, b), nodes = frame.path
+    if nodes is None:
+        return f"no path {a} -> {b}"
+    pos = frame.positions
+    for x, y in itertools.pairwise(nodes):
+        if x in pos and y in pos:
+            axes.plot(*zip(pos[x], pos[y], strict=True), **PATH_STYLE, zorder=1)
+    return f"path {a} -> {b} ({len(nodes) - 1} hops)"
 
 
 def _limits(axes: Any, bounds: tuple[Position, Position], laid_out: bool) -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,16 +210,23 @@ def component_archive(client: docker.DockerClient) -> Path:
     Every node's inner engine loads this file; keeping one copy per image id means
     a rebuilt image is never confused with an old archive.
     """
-    image = require(client, COMPONENT_IMAGE)
+    return image_archive(client, COMPONENT_IMAGE, "component")
+
+
+def image_archive(client: docker.DockerClient, ref: str, kind: str = "user") -> Path:
+    """``ref`` as a `docker save` archive (named, so loading it keeps the tag), one file
+    per image id; older archives of the same ``kind`` are dropped."""
+    image = require(client, ref)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path = CACHE_DIR / f"component-{image.id.split(':')[1][:16]}.tar"
+    path = CACHE_DIR / f"{kind}-{image.id.split(':')[1][:16]}.tar"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         with open(tmp, "wb") as out:
-            for chunk in image.save(named=True):
+            for chunk in image.save(named=ref if ref in image.tags else False):
                 out.write(chunk)
         tmp.rename(path)
-        for old in CACHE_DIR.glob("component-*.tar"):
-            if old != path:
-                old.unlink(missing_ok=True)
+        if kind == "component":
+            for old in CACHE_DIR.glob("component-*.tar"):
+                if old != path:
+                    old.unlink(missing_ok=True)
     return path

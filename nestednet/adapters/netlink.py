@@ -22,6 +22,8 @@ from typing import TypeVar
 
 from pyroute2 import IPRoute, NetlinkError, netns
 from pyroute2.ethtool import Ethtool
+from pyroute2.netlink.rtnl import RTMGRP_IPV4_ROUTE
+from pyroute2.netlink.rtnl.marshal import MarshalRtnl
 
 from nestednet.errors import EnvironmentProblem
 
@@ -38,6 +40,7 @@ def netns_path(pid: int) -> str:
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
+MAIN_TABLE = 254
 
 
 def in_namespace(namespace: str, action: Callable[[], T]) -> T:
@@ -97,6 +100,30 @@ def write_sysctls(namespace: str, settings: dict[str, str]) -> None:
             Path("/proc/sys", key).write_text(value)
 
     in_namespace(namespace, write)
+
+
+def route_monitor(namespace: str) -> socket.socket:
+    """A netlink socket in ``namespace`` subscribed to its IPv4 route changes (read it
+    with `route_changes`)."""
+    def subscribe() -> socket.socket:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        sock.bind((0, RTMGRP_IPV4_ROUTE))
+        return sock
+
+    return in_namespace(namespace, subscribe)
+
+
+def route_changes(data: bytes) -> list[dict]:
+    """Main-table route messages in ``data``: {op: add|del, dst: "a.b.c.d/len", via, proto}."""
+    out = []
+    for msg in MarshalRtnl().parse(data):
+        if msg.get("event") not in ("RTM_NEWROUTE", "RTM_DELROUTE") or \
+                (msg.get_attr("RTA_TABLE") or msg["table"]) != MAIN_TABLE:
+            continue
+        out.append({"op": "add" if msg["event"] == "RTM_NEWROUTE" else "del",
+                    "dst": f"{msg.get_attr('RTA_DST') or '0.0.0.0'}/{msg['dst_len']}",
+                    "via": msg.get_attr("RTA_GATEWAY"), "proto": msg["proto"]})
+    return out
 
 
 @contextlib.contextmanager

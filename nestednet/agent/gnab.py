@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestednet.agent import protocol as p
+from nestednet.agent.routes import RouteSync
 
 log = logging.getLogger("nestednet.agent")
 
@@ -46,6 +47,10 @@ class AgentConfig:
     poll_interval: float = 2.0
     """Seconds between iPHY polls; 0 trusts the inventory without polling."""
     state_file: Path | None = None
+    routing: str = "none"
+    """`direct`: keep a route per link in the node's components (nestednet.agent.routes)."""
+    node_address: str = ""
+    gnab_intra: str = "192.168.0.1"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -55,7 +60,10 @@ class AgentConfig:
         state = env.get("NESTEDNET_AGENT_STATE", "/run/nestednet/agent.json")
         return cls(node=env["NESTEDNET_NODE"], ca_host=host, ca_port=int(port), iphys=iphys,
                    poll_interval=float(env.get("NESTEDNET_POLL_S", "2")),
-                   state_file=Path(state) if state else None)
+                   state_file=Path(state) if state else None,
+                   routing=env.get("NESTEDNET_ROUTING", "none"),
+                   node_address=env.get("NESTEDNET_NODE_ADDRESS", ""),
+                   gnab_intra=env.get("NESTEDNET_GNAB_INTRA", "192.168.0.1"))
 
 
 @dataclass
@@ -166,11 +174,15 @@ class Agent:
         self._selector = selectors.DefaultSelector()
         self._stop = False
         self._pings: dict[str, subprocess.Popen] = {}
+        self.routes = (RouteSync(config.iphys, config.node_address, config.gnab_intra)
+                       if config.routing == "direct" and config.node_address else None)
 
     # --- decisions -----------------------------------------------------------------
 
     def handle(self, message: dict) -> list[bytes]:
         """Apply one CA message to the state; return the messages to send back."""
+        if self.routes is not None and message.get("type") == p.ID and "directory" in message:
+            self.routes.learn(message["directory"])
         out = []
         for peer, iphy in self.state.react(message):
             req_id = self._next_req
@@ -252,6 +264,12 @@ class Agent:
         tmp.write_text(json.dumps(self.state.as_dict(), indent=1))
         tmp.replace(path)
 
+    def _sync_routes(self, *, resend: bool = False) -> None:
+        """--routing direct: the thesis's "adds this link to its routing table and
+        forwards it to its components", after every batch of CA messages."""
+        if self.routes is not None:
+            self.routes.sync(self.state.links, self.state.node, resend=resend)
+
     def stop(self) -> None:
         self._stop = True
 
@@ -270,6 +288,7 @@ class Agent:
             if self.config.poll_interval > 0 and now >= next_poll:
                 self.start_poll()
                 next_poll = now + self.config.poll_interval
+                self._sync_routes(resend=True)
             if self.finish_poll() and self._sock is not None:
                 self._send([self.hello()])
                 dirty = True
@@ -310,6 +329,7 @@ class Agent:
                         except p.ProtocolError as exc:
                             log.warning("ignoring bad message from CA: %s", exc)
                     self._send(out)
+                    self._sync_routes()
                 except (p.ProtocolError, OSError) as exc:
                     log.warning("dropping connection: %s", exc)
                     self._disconnect()

@@ -10,6 +10,8 @@ Agent -> CA
 CA -> agent
     ID         {node, node_id, control_ip, links: [{peer, local_iphy, peer_iphy}],
                 iphys: [name, ...]}  (the iPHYs the scenario gives this node; optional)
+                directory?: {node: {address, iphys: {name: inter_ip}}}  (every node's
+                node address and iPHY inter addresses: what --routing direct routes by)
     STEP       {step, time, peers: [node, ...], links: [{peer, local_iphy, peer_iphy}],
                 full?: [node, ...]}  (visible, unlinked peers with no free iPHY left)
     FULL       {peers: [node, ...]}  (visible peers that have just used their last iPHY)
@@ -51,6 +53,7 @@ MAX_LINE = 64 * 1024
 _OPTIONAL: dict[str, dict[str, type | tuple[type, ...]]] = {
     LINK_REQ: {"step": int, "sent": (int, float)},
     STEP: {"full": list},
+    ID: {"directory": dict},
 }
 
 # Fields each message type must carry, with their JSON types.

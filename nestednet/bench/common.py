@@ -65,6 +65,7 @@ class LabSpec:
     nodes: int
     iphys: int
     cpus: float | None = None
+    routing: str = "none"
 
     def describe(self) -> str:
         limit = f", --cpus {self.cpus}" if self.cpus else ""
@@ -101,7 +102,7 @@ class Bench:
         name = self._name()
         self.log(f"creating {spec.describe()} lab {name}")
         meta = create(CreateRequest(lab=name, nodes=spec.nodes, iphys=spec.iphys,
-                                    cpus=spec.cpus, design=spec.kind))
+                                    cpus=spec.cpus, design=spec.kind, routing=spec.routing))
         lab = Lab.open(name)
         return lab, meta
 

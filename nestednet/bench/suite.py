@@ -12,23 +12,25 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from nestednet.bench import fidelity, links, memory, paper, scaling, startup, stress
+from nestednet.bench import fidelity, links, memory, paper, routing, scaling, startup, stress
 from nestednet.bench.common import Bench, bench_run, machine_info
 from nestednet.errors import UsageError
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "memory": memory, "links": links, "stress": stress, "scaling": scaling,
-    "startup": startup, "fidelity": fidelity,
+    "startup": startup, "fidelity": fidelity, "routing": routing,
 }
 """In the order `all` runs them: memory and links share their labs, so memory is
 measured on idle labs before any traffic."""
+ON_ITS_OWN = ("routing",)
+"""Not in `all` (the paper's evaluation): run by name."""
 NOISE_NOTE = ("The machine was shared with other workloads during the run (see "
               "loadavg); figures are medians and are noisy.")
 
 
 def names(experiment: str) -> list[str]:
     if experiment == "all":
-        return list(EXPERIMENTS)
+        return [name for name in EXPERIMENTS if name not in ON_ITS_OWN]
     if experiment not in EXPERIMENTS:
         raise UsageError(f"unknown experiment {experiment!r}: choose from "
                          f"{', '.join([*EXPERIMENTS, 'all'])}")

@@ -158,11 +158,13 @@ class CommunicationAssistant:
     def __init__(self, server: ControlServer, table: InterNodeLinks, installer: FlowInstaller,
                  node_ids: dict[str, int], control_ips: dict[str, str],
                  events: EventLog, aliases: dict[str, str] | None = None,
-                 shaping: LinkShaping | None = None) -> None:
+                 shaping: LinkShaping | None = None,
+                 directory: dict[str, dict] | None = None) -> None:
         """``node_ids``/``control_ips`` are keyed by scenario node name; ``aliases`` maps
         the name an agent says in HELLO (its lab node, e.g. ``n3``) to that name.
         ``shaping`` (optional) shapes each link before its flows go in, changes links
-        that stay up at every step, and unshapes links after their flows are gone."""
+        that stay up at every step, and unshapes links after their flows are gone.
+        ``directory`` (node -> {address, iphys}) goes to every agent in its ID."""
         self.server = server
         self.table = table
         self.installer = installer
@@ -171,6 +173,7 @@ class CommunicationAssistant:
         self.control_ips = control_ips
         self.events = events
         self.aliases = aliases or {}
+        self.directory = directory
         self.sessions = Sessions()
         self.visible: dict[str, list[str]] = {node: [] for node in node_ids}
         self.progress = StepProgress()
@@ -324,7 +327,8 @@ class CommunicationAssistant:
         self.hello_seen.add(node)
         self._reply(conn, p.ID, node=node, node_id=self.node_ids[node],
                     control_ip=self.control_ips[node], links=self._links_of(node),
-                    iphys=[iphy_name(i) for i in self.table.iphys_of(node)])
+                    iphys=[iphy_name(i) for i in self.table.iphys_of(node)],
+                    **({"directory": self.directory} if self.directory else {}))
         self._event("hello", nodes=[node], ready_iphys=up, reconnect=bool(msg.get("links")))
         if self.progress.step >= 0:
             self._send_step(node)

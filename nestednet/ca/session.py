@@ -11,6 +11,7 @@ every flow it installed.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -33,11 +34,12 @@ from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
+from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
-from nestednet.model.events import negotiation_summary
+from nestednet.model.events import ROUTE, negotiation_summary, route_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -62,6 +64,10 @@ class RunOptions:
     """Where each link's properties come from; None: the scenario shapes no link."""
     shaping: ShapingPolicy | None = None
     """How properties become tc trees on this kernel (checked by plan_shaping)."""
+    routing: str = "none"
+    """Routing strategy of a lab this run creates (an existing lab keeps its own)."""
+    component_caps: tuple[str, ...] | None = None
+    """Capabilities of a created lab's components (None: the default set)."""
 
 
 @dataclass
@@ -87,6 +93,10 @@ class RunSummary:
     shaping_updates: list = field(default_factory=list)
     """Per step: links kept up, links changed in place, ms resolving and in tc."""
 
+    routing: str = "none"
+    routes: list = field(default_factory=list)
+    """events.route_summary of this run: route changes per step and node, convergence."""
+
 
 def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, source: str,
                  netem_available: Callable[[], bool], *,
@@ -106,6 +116,16 @@ def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, sour
         policy.check_all((f"{source}: steps[{i}] {a}->{b}", props)
                          for (a, b), props in resolver.step_properties(i).items())
     return resolver, policy
+
+
+def describe_routes(routing: str, routes: list) -> str:
+    """One line for a person: route changes and convergence time per step."""
+    if routing == "none":
+        return "routing: none (route changes are recorded only with --routing direct|babel)"
+    steps = "; ".join(f"step {r['step'] + 1}: {r['changes']}"
+                      + (f" in {r['converged_s']:.1f} s" if r["converged_s"] is not None
+                         else "") for r in routes)
+    return f"route changes ({routing}): {steps or 'none'}"
 
 
 def describe_negotiation(negotiation: dict) -> str:
@@ -187,7 +207,7 @@ class CaSession:
                          for name, k in self.lab_node.items()},
             events=self.events,
             aliases={topo.node_name(k): name for name, k in self.lab_node.items()},
-            shaping=self.shaping)
+            shaping=self.shaping, directory=self.directory())
         self.server.start(self.ca)
         try:
             # On the server thread, which uses it: a thread that imports os-ken (as the
@@ -201,6 +221,14 @@ class CaSession:
 
     def endpoint_of(self, node: str, iphy: str) -> topo.Endpoint:
         return topo.Endpoint(self.lab_node[node], int(iphy.removeprefix("iphy")))
+
+    def directory(self) -> dict[str, dict]:
+        """Every scenario node's node address and iPHY inter addresses (sent in ID)."""
+        plan = self.links.plan
+        return {name: {"address": str(plan.node_address(k).ip),
+                       "iphys": {topo.component_name(j): str(plan.inter_address(k, j).ip)
+                                 for j in range(1, plan.shape.iphys + 1)}}
+                for name, k in self.lab_node.items()}
 
     def port_of(self, node: str, iphy: str) -> int:
         return self.links.port(self.endpoint_of(node, iphy))
@@ -298,8 +326,10 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     needed_iphys = max(n.iphys for n in scenario.nodes)
     notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
     jobs = {"jobs": options.jobs} if options.jobs else {}
+    caps = {"component_caps": options.component_caps} \
+        if options.component_caps is not None else {}
     create(CreateRequest(lab=options.lab, nodes=len(scenario.nodes), iphys=needed_iphys,
-                         **jobs))
+                         routing=options.routing, **jobs, **caps))
     return True
 
 
@@ -318,6 +348,25 @@ def prompt_thread_switches(interval: float = SWITCH_INTERVAL_S) -> Iterator[None
         yield
     finally:
         sys.setswitchinterval(previous)
+
+
+@contextlib.contextmanager
+def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[None]:
+    """With routing on, every node-address route change in a GNAB is a `route` event."""
+    if routing == "none":  # designs without routing (flat) only ever record "none"
+        yield
+        return
+    names = {k: name for name, k in ca_session.lab_node.items()}
+    ca = ca_session.ca
+
+    def record(number: int, change: dict, _when: float) -> None:
+        if number in names:
+            ca_session.events.write(ROUTE, scenario_time=ca.progress.scenario_time,
+                                    step=ca.progress.step, nodes=[names[number]],
+                                    op=change["op"], dst=change["dst"], via=change["via"])
+
+    with RouteWatch(lab, record):
+        yield
 
 
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
@@ -350,7 +399,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                 live.progress = ca.progress
                 live.links = len(table.links())
 
-            with StepPictures(scenario, ca_session, options.plot_dir) as pictures:
+            summary.routing = lab.meta.get("routing", "none")
+            with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
+                  _route_events(lab, ca_session, summary.routing)):
                 result: PlayResult = player.play(stop, on_tick=tick,
                                                  on_step_done=pictures.step_done)
             summary.steps_played = result.steps_played
@@ -369,6 +420,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             summary.shaping_updates = ca_session.shaping.timings
             summary.link_properties = ca_session.shaping.resolver.summary()[
                 :summary.steps_played]
+        summary.routes = route_summary(ca_session.events.records)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

@@ -10,7 +10,8 @@ import click
 from nestednet.console import out_console, print_json, progress
 from nestednet.errors import ExitStatus
 
-EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "fidelity", "all")
+EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "fidelity", "routing",
+                    "all")
 
 
 def register(group: click.Group) -> None:
@@ -38,7 +39,9 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bo
       startup  creation time vs node count (Table IV)
       fidelity configured vs measured rate, delay and loss on a shaped inter-node link
                (delay and loss need sch_netem; without it the rate alone, and why)
-      all      every experiment and one report.md
+      routing  babel convergence after a link appears vs hops and nodes (not in
+               the paper, nor in `all`)
+      all      every paper experiment and one report.md
 
     Each writes NAME.json, NAME.png and NAME.md into --out. Labs are created under
     names starting with `b` and deleted afterwards. Needs root, like `create`.

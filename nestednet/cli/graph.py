@@ -46,10 +46,14 @@ def register(group: click.Group) -> None:
               default=None, help=LINK_MODEL_OPTION_HELP)
 @click.option("--length-unit", type=click.Choice(sorted(LENGTH_UNITS)), default=None,
               help=LENGTH_UNIT_OPTION_HELP)
+@click.option("--path", "path", nargs=2, metavar="A B", default=None,
+              help="Highlight a fewest-hops path from node A to node B over the links "
+                   "(needs a run's events).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was drawn as JSON.")
 def graph(source: Path, output: Path, at: float | None, events_file: Path | None,
           scenario_file: Path | None, iphys: int, label: str | None, link_model: Path | None,
-          length_unit: str | None, as_json: bool) -> None:
+          length_unit: str | None, as_json: bool,
+          path: tuple[str, str] | None = None) -> None:
     """Draw the 3-D connectivity picture: nodes, visible pairs (faint), links (bold).
 
     SCENARIO_OR_EVENTS is a scenario file (either format) or the events file
@@ -61,6 +65,7 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
       nestednet graph scenarios/demo-12x4.json --at 30 -o demo.png
       nestednet graph scenarios/demo-12x4.json --events run/events.jsonl -o run.gif
       nestednet graph scenarios/leo-laser-20.json --label delay -o leo.png
+      nestednet graph run/events.jsonl --scenario s.json --path n1 n5 -o path.png
     """
     kind = output.suffix.lower()
     if kind not in (".png", ".gif"):
@@ -85,6 +90,15 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
         assert events is not None
         frames = plot.frames_from_events(events, title=source.stem)
 
+    if path:
+        if frames[0].links is None:
+            raise UsageError("--path follows links, which only a run's events give",
+                             hint="add --events EVENTS.jsonl")
+        unknown = [n for n in path if n not in frames[0].positions]
+        if unknown:
+            raise UsageError(f"--path: no node {unknown[0]!r}",
+                             hint=f"nodes: {', '.join(sorted(frames[0].positions)[:12])}")
+        frames = [plot.with_path(frame, *path) for frame in frames]
     if kind == ".png":
         frame = plot.frame_at(frames, at) if at is not None else frames[0]
         plot.render_png(frame, output)
@@ -95,7 +109,9 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
     if as_json:
         print_json({"output": str(output), "frames": [
             {"step": f.index, "time": f.time, "visible_pairs": len(f.visible),
-             "links": None if f.links is None else len(f.links)} for f in drawn]})
+             "links": None if f.links is None else len(f.links),
+             **({"path": None if f.path[1] is None else list(f.path[1])} if f.path else {})}
+            for f in drawn]})
     else:
         progress(f"wrote {output} ({len(drawn)} step{'s' if len(drawn) != 1 else ''})")
 

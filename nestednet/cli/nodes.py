@@ -10,10 +10,27 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from nestednet.console import err_console, out_console, print_json
+from nestednet.model.component_spec import (
+    COMPONENT_CAPS,
+    parse_component_caps,
+    parse_component_images,
+)
 from nestednet.model.topology import DEFAULT_LAB
+from nestednet.routing import strategies
 
 LAB_OPTION = click.option("--lab", default=DEFAULT_LAB, show_default=True, metavar="NAME",
                           help="Lab name: a letter then up to 7 letters/digits.")
+ROUTING_OPTION = click.option(
+    "--routing", type=click.Choice(list(strategies.STRATEGIES)), default=strategies.DEFAULT,
+    show_default=True,
+    help="Routing to node addresses (10.100.0.i for node i): none (your code routes), "
+         "direct (the GNAB agent adds a route per link, one hop) or babel (babeld in every "
+         "component, any number of hops).")
+COMPONENT_CAPS_OPTION = click.option(
+    "--component-caps", "component_caps", default=",".join(COMPONENT_CAPS), show_default=True,
+    metavar="LIST", callback=lambda _ctx, _param, value: parse_component_caps(value),
+    help="Capabilities added to Docker's defaults in every GNAB and iPHY, effective only "
+         "in their own namespaces: `none` or a comma list of NET_ADMIN, NET_RAW.")
 
 
 def register(group: click.Group) -> None:
@@ -35,8 +52,17 @@ def register(group: click.Group) -> None:
               help="Baseline: one plain container per node, its components as processes "
                    "sharing one network namespace (the Containernet way; see "
                    "nestednet.lab.flat). Limits then apply to the whole node.")
+@ROUTING_OPTION
+@COMPONENT_CAPS_OPTION
+@click.option("--image", "user_images", multiple=True, metavar="ROLE=IMAGE",
+              callback=lambda _ctx, _param, value: parse_component_images(value),
+              help="Run your own image for every gnab or every iphy (repeatable), taken "
+                   "from the host's engine. NestedNet's agent and routing run beside it in "
+                   "a sidecar sharing its network namespace; its own process must keep "
+                   "running.")
 def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | None,
-           jobs: int | None, timings: bool, flat: bool) -> None:
+           jobs: int | None, timings: bool, flat: bool, routing: str,
+           component_caps: tuple[str, ...], user_images: tuple[tuple[str, str], ...]) -> None:
     """Create a lab of N nodes, each a GNAB plus M iPHYs.
 
     Every node is a Docker-in-Docker parent `<lab>-n<i>` holding an inner engine
@@ -44,12 +70,16 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     192.168.0.0/24 (GNAB .1, iPHY j .(10+j)). Every iPHY also has an address on the
     inter-node net (192.168.2.0/24, wider when needed) through a port of the host
     bridge `<lab>-main`, which forwards nothing until `nestednet link add`. Every
-    GNAB reaches the CA's address (10.99.0.1) on the control net.
+    GNAB reaches the CA's address (10.99.0.1) on the control net. Every node has a
+    routable address, 10.100.0.i on its GNAB's loopback, which --routing makes
+    reachable across links (components may add routes themselves: they hold
+    NET_ADMIN in their own namespaces unless --component-caps none).
 
     \b
     Example:
       nestednet create --nodes 2 --iphys 2 --memory 64
       nestednet exec n1 iphy1 -- ping -c1 192.168.0.1
+      nestednet create --nodes 5 --iphys 2 --routing babel --lab mh
     """
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import create as lab_create
@@ -58,6 +88,8 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     design = designs.named("flat" if flat else "nested")
     request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
                                        memory_mb=memory, design=design.kind,
+                                       routing=routing, component_caps=component_caps,
+                                       images=user_images,
                                        jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS)
     lab_create.validate(request)
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
@@ -68,7 +100,7 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     out_console.print(f"{design.title}lab {lab}: {nodes} nodes x (gnab + {iphys} "
                       f"iPHYs) created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
-                      f"{meta['parent_security']})")
+                      f"{meta['parent_security']}, routing {routing})")
     if timings:
         table = Table("phase", "wall s", "mean per node s")
         for phase, row in meta["timings"].items():
@@ -96,11 +128,16 @@ def status(lab: str, as_json: bool) -> None:
     out_console.print(f"nets: intra {plan['intra']}, inter {plan['inter']}, control "
                       f"{plan['control']} (CA {data['ca']['address']} in netns "
                       f"{data['ca']['netns']})")
-    table = Table("node", "state", "mem MB", "component", "state", "intra", "inter/ctl")
+    out_console.print(f"routing {data.get('routing', 'none')}; node addresses "
+                      f"{plan.get('node', '-')} (one /32 per node on its GNAB's loopback)")
+    table = Table("node", "node address", "state", "mem MB", "component", "state", "intra",
+                  "inter/ctl")
     for node in data["nodes"]:
         first = True
         for comp in node["components"] or [{}]:
-            table.add_row(node["node"] if first else "", node["state"] if first else "",
+            table.add_row(node["node"] if first else "",
+                          node.get("node_address", "") if first else "",
+                          node["state"] if first else "",
                           str(node.get("memory_mb")) if first else "",
                           comp.get("component", ""), comp.get("state", ""),
                           _ip(comp.get("intra", "")),

@@ -16,6 +16,7 @@ import click
 from rich.live import Live as RichLive
 from rich.text import Text
 
+from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
 from nestednet.console import err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
 from nestednet.lab import runs
@@ -73,12 +74,15 @@ def register(group: click.Group) -> None:
                    "out, on a kernel without sch_netem; recorded in the events.")
 @click.option("--keep-order", is_flag=True,
               help="Jitter without reordering: netem paced at each link's rate.")
+@ROUTING_OPTION
+@COMPONENT_CAPS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
         remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
         plot_dir: Path | None = None, link_model: Path | None = None,
         length_unit: str | None = None, shaping_mode: str = FULL,
-        keep_order: bool = False) -> None:
+        keep_order: bool = False, routing: str = "none",
+        component_caps: tuple[str, ...] | None = None) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -88,6 +92,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     its figures as the events file has them. Ctrl-C stops promptly, the CA removes
     the links (flows) it installed, the summary so far is printed, exit 130.
     The events file is kept after the lab (the last line says where).
+    --routing and --component-caps apply when run creates the lab; an existing lab
+    keeps what it was created with.
 
     
     Links with properties (explicit per step, or a link model): each direction is
@@ -114,7 +120,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     options = _session().RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir, links=links[0] if links else None,
-                                 shaping=links[1] if links else None)
+                                 shaping=links[1] if links else None, routing=routing,
+                                 component_caps=component_caps)
     options.created_lab = _session().ensure_lab(loaded, options, notify=progress)
     if options.events is None:
         options.events = runs.results_dir(lab) / "events.jsonl"
@@ -262,6 +269,8 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
                           highlight=False)
         for line in describe_link_steps(summary.link_properties):
             out_console.print(line, highlight=False, soft_wrap=True)
+    out_console.print(_session().describe_routes(summary.routing, summary.routes),
+                      highlight=False, soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:

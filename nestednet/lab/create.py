@@ -28,6 +28,7 @@ from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
+from nestednet.routing import strategies
 
 __all__ = ["DEFAULT_JOBS", "LAB_PHASE", "PREPARE_PHASE", "CreateRequest", "create", "validate"]
 
@@ -47,7 +48,26 @@ def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
         raise UsageError(f"--cpus must be above 0 and at most {os.cpu_count()} (this machine)")
     if request.memory_mb is not None and request.memory_mb < 8:
         raise UsageError("--memory is in MB per component and must be at least 8")
+    routing = strategies.named(request.routing)
+    missing = routing.needs_caps - set(request.component_caps)
+    if missing:
+        raise UsageError(f"--routing {routing.name} installs routes in the components, which "
+                         f"needs {', '.join(sorted(missing))} in --component-caps")
+    design = designs.named(request.design)
+    if routing.name not in design.routings:
+        raise UsageError(f"--routing {routing.name} is not available in {request.design} labs",
+                         hint=f"{request.design} labs route with: {', '.join(design.routings)}")
+    if request.images and not design.user_images:
+        raise UsageError(f"--image is not available in {request.design} labs",
+                         hint="their components are processes in one container")
     return shape, plan
+
+
+def _check_user_images(client: docker.DockerClient, request: CreateRequest) -> None:
+    for role, ref in request.images:
+        if not docker_engine.image_exists(client, ref):
+            raise UsageError(f"--image {role}={ref}: no such image in the host's Docker engine",
+                             hint=f"build or pull it first (`docker image ls {ref}`)")
 
 
 def _check_free(lab: str, record: LabRecord, client: docker.DockerClient, ovs: Ovsdb,
@@ -76,6 +96,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
     client = docker_engine.connect()
     for image in design.required_images():
         images.require(client, image)
+    _check_user_images(client, request)
     host_ovs = Ovsdb()
     record = LabRecord(request.lab)
     clock = PhaseClock()
@@ -132,6 +153,8 @@ def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, d
         "nodes": shape.nodes, "iphys": shape.iphys, "cpus": request.cpus,
         "memory_mb": request.memory_mb, "datapath": datapath,
         "parent_security": parent_security,
+        "routing": request.routing, "component_caps": list(request.component_caps),
+        "images": dict(request.images),
         "plan": plan.as_dict(), "main_bridge": topo.main_bridge(request.lab),
         "ca": {"netns": topo.control_netns(request.lab),
                "bridge": topo.control_bridge(request.lab),

@@ -36,6 +36,8 @@ from nestednet.lab.record import LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
+from nestednet.model.component_spec import COMPONENT_CAPS
+from nestednet.routing.strategy import RoutingStrategy
 
 DEFAULT_JOBS = max(2, min(8, (os.cpu_count() or 2) * 2))
 DEFAULT_DESIGN = "nested"
@@ -57,6 +59,17 @@ class CreateRequest:
     jobs: int = DEFAULT_JOBS
     design: str = DEFAULT_DESIGN
     """Which NodeDesign builds the nodes (nestednet.lab.designs names them)."""
+    routing: str = "none"
+    """Which routing strategy runs in the nodes (nestednet.routing.strategies)."""
+    component_caps: tuple[str, ...] = COMPONENT_CAPS
+    """Capabilities added to Docker's defaults in every component (`--component-caps`)."""
+    images: tuple[tuple[str, str], ...] = ()
+    """(role, image) pairs: users' images for the GNABs and/or iPHYs (`--image`)."""
+
+    def image_for(self, component: int) -> str | None:
+        """The user's image for this component, or None for NestedNet's own."""
+        return dict(self.images).get("gnab" if component == 0 else "iphy")
+
 
 
 @dataclass
@@ -124,6 +137,10 @@ class NodeDesign(abc.ABC):
     """Per-node build phases, in order (the progress bars of `nestednet create`)."""
     title: str = ""
     """How `nestednet create` names a lab of this design ("" or "flat ")."""
+    routings: tuple[str, ...] = ("none",)
+    """The routing strategies (nestednet.routing.strategies) its nodes can run."""
+    user_images: bool = False
+    """Whether its components can run users' images (`--image`)."""
 
     @abc.abstractmethod
     def required_images(self) -> tuple[str, ...]:
@@ -155,13 +172,15 @@ class NodeDesign(abc.ABC):
         """`nestednet swap`: new code into one component (a design may refuse)."""
 
 
-def component_environment(plan: AddressPlan, lab: str, node: int,
-                          component: int) -> dict[str, str]:
+def component_environment(plan: AddressPlan, lab: str, node: int, component: int,
+                          routing: RoutingStrategy | None = None) -> dict[str, str]:
     """What a component knows about itself; the GNAB also learns where the CA is and
     its iPHYs' intra-node addresses (the GNAB agent's configuration)."""
     env = {"NESTEDNET_ROLE": "gnab" if component == 0 else "iphy",
            "NESTEDNET_LAB": lab, "NESTEDNET_NODE": topo.node_name(node),
            "NESTEDNET_COMPONENT": topo.component_name(component)}
+    if routing is not None:
+        env.update(routing.environment(plan, node, component))
     if component == 0:
         env.update(gnab_environment(plan))
     return env

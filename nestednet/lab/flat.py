@@ -151,7 +151,7 @@ class FlatDesign(NodeDesign):
         return (images.COMPONENT_IMAGE,)
 
     def parent_security(self, client: docker.DockerClient) -> str:
-        return "flat (component image, default capabilities)"
+        return "flat (component image, Docker's default capabilities plus --component-caps)"
 
     def build_node(self, build: Build, node: int) -> None:
         lab, shape, plan = build.request.lab, build.shape, build.plan
@@ -167,7 +167,9 @@ class FlatDesign(NodeDesign):
                     build.client, images.COMPONENT_IMAGE, name=name,
                     labels=labels(lab, node=topo.node_name(node), role="flat-node"),
                     command=["sh", "-c", SUPERVISOR], environment=env,
-                    hostname=topo.node_name(node), mem_limit=mem, nano_cpus=nano)
+                    hostname=topo.node_name(node), mem_limit=mem, nano_cpus=nano,
+                    security={"cap_add": list(build.request.component_caps)}
+                    if build.request.component_caps else None)
             except docker.errors.DockerException as exc:
                 raise EnvironmentProblem(f"starting flat node {name} failed: "
                                          f"{docker_engine.explain(exc)}") from exc
@@ -265,7 +267,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
     rows = node_plan(plan, node)
     _sysctls(nsname, [r["ifname"] for r in rows])
     with netlink.route(nsname) as ns:
-        netlink.up(ns, "lo")
+        netlink.configure(ns, "lo", plan.node_address(node))
         for row in rows:
             address = IPv4Interface(row["address"])
             netlink.configure(ns, row["ifname"], address)

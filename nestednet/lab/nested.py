@@ -42,6 +42,8 @@ from nestednet.lab.record import CONTAINER
 from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
+from nestednet.routing import strategies
+from nestednet.routing.strategy import RoutingStrategy
 
 TEMPLATE_PHASE = "image template"
 """Once per component image id (seconds); later creates reuse it (milliseconds)."""
@@ -54,10 +56,13 @@ and it comes first on PYTHONPATH (so a `nestednet/agent` package there replaces 
 class NestedDesign(NodeDesign):
     kind = "nested"
     phases = ("image", "parents", "inner daemons", "children", "wiring")
+    routings = tuple(strategies.STRATEGIES)
+    user_images = True
 
     def __init__(self) -> None:
         self.security: dict = {}
         self.template = None
+        self.user_archives: list[Path] = []
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -71,6 +76,8 @@ class NestedDesign(NodeDesign):
     def prepare(self, build: Build) -> None:
         with build.clock.span(TEMPLATE_PHASE):
             self.template = node_image.template_for(build.client, self.security)
+            self.user_archives = [images.image_archive(build.client, ref)
+                                  for _role, ref in build.request.images]
 
     # --- create -------------------------------------------------------------------
 
@@ -99,6 +106,7 @@ class NestedDesign(NodeDesign):
             node_ovs = Ovsdb(f"unix:{state_dir}/ovs/db.sock")
         try:
             with build.phase("children", node):
+                _load_user_images(self.user_archives, inner)
                 children = _start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent.reload()
@@ -115,6 +123,10 @@ class NestedDesign(NodeDesign):
                         raise EnvironmentProblem(
                             f"wiring {topo.component_name(index)} of node n{node} failed: "
                             f"{exc}") from exc
+                routing = strategies.named(build.request.routing)
+                for index in children:
+                    _start_routing(inner, routing, build.plan, node, index,
+                                   sidecar=build.request.image_for(index) is not None)
         finally:
             node_ovs.close()
             inner.close()
@@ -189,6 +201,9 @@ class NestedDesign(NodeDesign):
             child.restart(timeout=5)
             child.reload()
             inner_pid = int(child.attrs["State"]["Pid"])
+            sidecar = _sidecar(inner, component)
+            if sidecar is not None:  # it must join the restarted component's new namespace
+                sidecar.restart(timeout=5)
         parent = lab.parent(number)
         parent_pid = int(parent.attrs["State"]["Pid"])
         plan = plan_from_dict(lab.shape, lab.meta["plan"])
@@ -200,6 +215,9 @@ class NestedDesign(NodeDesign):
             wiring.unwire_component(handles, index)
             pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
             wiring.wire_component(handles, index, pid)
+        with lab.inner(number) as inner:
+            _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
+                           number, index, sidecar=_sidecar(inner, component) is not None)
         result["restarted"] = True
         return result
 
@@ -217,21 +235,88 @@ def _start_children(build: Build, inner: docker.DockerClient, node: int) -> dict
         return dict(enumerate(pids))
 
 
+SIDECAR_SUFFIX = "-nestednet"
+"""A component from a user's image gets a sidecar `<component>-nestednet` from the
+component image, sharing its network namespace: NestedNet's own processes (the GNAB
+agent, routing daemons, direct's route listener) run there, so a user's image needs
+neither Python nor babeld, only a process that keeps running."""
+
+
+def _load_user_images(archives: list[Path], inner: docker.DockerClient) -> None:
+    """Users' images into this node's engine (from the host's, as `docker save`
+    archives made once per create; layers the component image already brought are
+    not written again)."""
+    for archive in archives:
+        with open(archive, "rb") as tar:
+            try:
+                inner.images.load(tar.read())
+            except docker.errors.DockerException as exc:
+                raise EnvironmentProblem(f"loading image archive {archive.name} into a node "
+                                         f"failed: {docker_engine.explain(exc)}") from exc
+
+
 def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int) -> int:
     lab, request = build.request.lab, build.request
     component = topo.component_name(index)
+    user_image = request.image_for(index)
+    environment = component_environment(build.plan, lab, node, index,
+                                        strategies.named(request.routing))
+    common = {"labels": labels(lab, node=topo.node_name(node), component=component),
+              "security": {"cap_add": list(request.component_caps)}
+              if request.component_caps else None}
     try:
         child = docker_engine.start_container(
-            inner, images.COMPONENT_IMAGE, name=component,
-            labels=labels(lab, node=topo.node_name(node), component=component),
-            environment=component_environment(build.plan, lab, node, index),
+            inner, build.client.images.get(user_image).id if user_image
+            else images.COMPONENT_IMAGE, name=component,
+            environment={**environment, "NESTEDNET_SIDECAR": component + SIDECAR_SUFFIX}
+            if user_image else environment,
             hostname=f"{topo.node_name(node)}-{component}",
             mem_limit=f"{request.memory_mb}m" if request.memory_mb else None,
-            nano_cpus=int(request.cpus * 1e9) if request.cpus else None)
+            nano_cpus=int(request.cpus * 1e9) if request.cpus else None, **common)
+        if user_image:
+            docker_engine.start_container(
+                inner, images.COMPONENT_IMAGE, name=component + SIDECAR_SUFFIX,
+                environment=environment, network_mode=f"container:{child.id}", **common)
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
                                  f"{docker_engine.explain(exc)}") from exc
+    child.reload()
+    if child.status != "running":
+        raise EnvironmentProblem(f"{component} in node n{node} stopped at once (image "
+                                 f"{user_image or images.COMPONENT_IMAGE})",
+                                 hint="a component's image must run a process that stays up")
     return int(child.attrs["State"]["Pid"])
+
+
+def _sidecar(inner: docker.DockerClient, component: str):
+    try:
+        return inner.containers.get(component + SIDECAR_SUFFIX)
+    except docker.errors.NotFound:
+        return None
+
+
+def _start_routing(inner: docker.DockerClient, routing: RoutingStrategy, plan: AddressPlan,
+                   node: int, index: int, *, sidecar: bool) -> None:
+    """Start the strategy's daemon in a wired component, or in its sidecar (after
+    wiring: it needs the interfaces and the kernel settings wiring writes)."""
+    command = routing.daemon(plan, node, index)
+    if not command:
+        return
+    component = topo.component_name(index)
+    target = component + SIDECAR_SUFFIX if sidecar else component
+    try:
+        exec_id = inner.api.exec_create(target, command, stdout=True, stderr=True)["Id"]
+        output = inner.api.exec_start(exec_id)
+        code = inner.api.exec_inspect(exec_id).get("ExitCode")
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"starting {routing.name} routing in {component} of node "
+                                 f"n{node} failed: {docker_engine.explain(exc)}") from exc
+    if code != 0:
+        text = output.decode(errors="replace").strip()[-300:]
+        raise EnvironmentProblem(
+            f"starting {routing.name} routing in {component} of node n{node} failed "
+            f"(exit {code}): {text or command[0] + ' gave no output'}",
+            hint=f"{command[0]} must be in the component's image")
 
 
 def _archive(path: Path) -> bytes:

@@ -12,7 +12,9 @@ def status(lab: Lab) -> dict:
     meta = lab.meta
     plan = plan_from_dict(lab.shape, meta["plan"])
     design = designs.of(meta)
-    nodes = [design.node_status(lab, number, plan) for number in lab.shape.node_numbers()]
+    nodes = [{**design.node_status(lab, number, plan),
+              "node_address": str(plan.node_address(number).ip)}
+             for number in lab.shape.node_numbers()]
     links = LabLinks.of(lab.record)
     return {
         "lab": lab.record.lab,
@@ -22,7 +24,9 @@ def status(lab: Lab) -> dict:
         "datapath": meta["datapath"],
         "parent_security": meta.get("parent_security"),
         "main_bridge": meta["main_bridge"],
-        "address_plan": meta["plan"],
+        "address_plan": {**meta["plan"], "node": str(plan.node)},
+        "routing": meta.get("routing", "none"),
+        "component_caps": meta.get("component_caps", []),
         "ca": meta["ca"],
         "limits": {"cpus": meta.get("cpus"), "memory_mb": meta.get("memory_mb")},
         "links": [links.describe(link) for link in links.links()],

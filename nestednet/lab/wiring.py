@@ -6,6 +6,11 @@ made in the host namespace (TX offloads on or off as the switch it joins needs:
 nestednet.datapath.VethOffloads; the control link joins a Linux bridge, so on), then each end
 moves (and is renamed) into its namespace; the end that moves last is recorded, so
 a crash mid-way leaves nothing unrecorded in the host namespace.
+
+Wiring also makes a component ready to route (issue 17): the GNAB's loopback gets
+the node address, and the kernel settings a router needs are written from here,
+because /proc/sys is read-only inside a container even with CAP_NET_ADMIN
+(`component_sysctls`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,31 @@ def _ids(handles: NodeHandles, component: int) -> dict[str, str]:
             "org.nestednet.component": topo.component_name(component)}
 
 
+def component_sysctls(component: int) -> dict[str, str]:
+    """Kernel settings of a component's namespace (keys as under /proc/sys).
+
+    iPHYs forward. Reverse-path filtering is off in them: with more than one path
+    between nodes, the way back may use another interface than the way in. No ICMP
+    redirects are sent or followed: on the inter-node net, which looks like one
+    subnet but where only linked iPHYs hear each other, a redirect would point at a
+    neighbour that cannot be reached. IPv6 is on (Docker turns it off for
+    network-less containers) because routing daemons such as babeld speak over IPv6
+    link-local addresses even when they carry IPv4 routes.
+    """
+    ifaces = [topo.CHILD_INTRA_IF] + ([topo.CHILD_INTER_IF] if component else [])
+    settings: dict[str, str] = {}
+    for conf in ("all", "default", *ifaces):
+        settings[f"net/ipv6/conf/{conf}/disable_ipv6"] = "0"
+        settings[f"net/ipv4/conf/{conf}/accept_redirects"] = "0"
+        settings[f"net/ipv4/conf/{conf}/send_redirects"] = "0"
+        if component:
+            settings[f"net/ipv4/conf/{conf}/rp_filter"] = "0"
+    if component:
+        settings["net/ipv4/ip_forward"] = "1"
+        settings["net/ipv6/conf/all/forwarding"] = "1"
+    return settings
+
+
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     """Connect component ``component`` (0 = GNAB) whose host pid is ``child_pid``."""
     lab, node = h.lab, h.node
@@ -68,8 +98,9 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
             netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
             netlink.up(host, outer)
             outer_address = h.plan.inter_address(node, component)
+    netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(component))
     with netlink.route(netlink.netns_path(child_pid)) as child:
-        netlink.up(child, "lo")
+        netlink.configure(child, "lo", h.plan.node_address(node) if component == 0 else None)
         netlink.configure(child, topo.CHILD_INTRA_IF, h.plan.intra_address(component))
         netlink.configure(child, topo.CHILD_CONTROL_IF if component == 0
                           else topo.CHILD_INTER_IF, outer_address)

@@ -8,7 +8,13 @@ Documented plan (the paper's defaults):
   node i gets host number (i-1)*M + j; the prefix widens (/23, /22, ...) when N*M
   needs more addresses, as long as it stays clear of the intra-node net;
 * control net, between every GNAB and the communication assistant (CA):
-  10.99.0.0/16, the CA .0.1, the GNAB of node i the (1+i)-th address after it.
+  10.99.0.0/16, the CA .0.1, the GNAB of node i the (1+i)-th address after it;
+* node addresses, one routable identity per node (not in the paper, whose intra
+  addresses repeat in every node): 10.100.0.0/16, node i gets the i-th address
+  (10.100.0.1 for n1, ..., 10.100.1.0 for n256) as a /32 on its GNAB's loopback.
+  Routing (nestednet.routing) announces these and only these; a GNAB's routes to
+  them carry its own node address as preferred source, so replies come back to the
+  node and not to the replier's own GNAB at 192.168.0.1.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from nestednet.model.topology import Shape
 INTRA_NET = IPv4Network("192.168.0.0/24")
 INTER_BASE = IPv4Network("192.168.2.0/24")
 CONTROL_NET = IPv4Network("10.99.0.0/16")
+NODE_NET = IPv4Network("10.100.0.0/16")
 GNAB_HOST = 1
 IPHY_HOST_OFFSET = 10
 CA_PORT = 6100
@@ -66,6 +73,7 @@ class AddressPlan:
     intra: IPv4Network = INTRA_NET
     inter: IPv4Network = INTER_BASE
     control: IPv4Network = CONTROL_NET
+    node: IPv4Network = NODE_NET
 
     @classmethod
     def for_shape(cls, shape: Shape) -> AddressPlan:
@@ -73,6 +81,8 @@ class AddressPlan:
             raise UsageError(f"{shape.iphys} iPHYs do not fit the intra-node net {INTRA_NET}")
         if shape.nodes + 1 > CONTROL_NET.num_addresses - 2:
             raise UsageError(f"{shape.nodes} nodes do not fit the control net {CONTROL_NET}")
+        if shape.nodes > NODE_NET.num_addresses - 2:
+            raise UsageError(f"{shape.nodes} nodes do not fit the node-address net {NODE_NET}")
         return cls(shape, inter=inter_network(shape))
 
     def intra_address(self, component: int) -> IPv4Interface:
@@ -95,16 +105,26 @@ class AddressPlan:
         return IPv4Interface(
             f"{self.control.network_address + 1 + node}/{self.control.prefixlen}")
 
+    def node_address(self, node: int) -> IPv4Interface:
+        """Node ``node``'s routable identity, a /32 on its GNAB's loopback."""
+        return IPv4Interface(f"{self.node.network_address + node}/32")
+
+    def node_of(self, address: IPv4Address) -> int | None:
+        """The node whose node address this is, or None."""
+        offset = int(address) - int(self.node.network_address)
+        return offset if 1 <= offset <= self.shape.nodes else None
+
     def as_dict(self) -> dict:
         return {"intra": str(self.intra), "inter": str(self.inter),
-                "control": str(self.control), "ca": str(self.ca_address().ip),
+                "control": str(self.control), "node": str(self.node),
+                "ca": str(self.ca_address().ip),
                 "gnab": str(self.intra_address(0).ip),
                 "iphy": f"{self.intra.network_address}+{IPHY_HOST_OFFSET}+j"}
 
 
 def plan_from_dict(shape: Shape, data: dict) -> AddressPlan:
     return AddressPlan(shape, IPv4Network(data["intra"]), IPv4Network(data["inter"]),
-                       IPv4Network(data["control"]))
+                       IPv4Network(data["control"]), IPv4Network(data.get("node", str(NODE_NET))))
 
 
 def address_owner(plan: AddressPlan, address: IPv4Address) -> tuple[int, int] | None:

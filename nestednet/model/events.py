@@ -24,6 +24,9 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
 - ``link_fail``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``, ``reason``.
 - ``link_down``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]``; ``latency_ms``
   (optional): from the visibility loss to the flows removed.
+- ``route``: a route to a node address changed in a node's GNAB (seen from the host,
+  whatever routes: `--routing direct|babel` or the user's code). ``nodes: [node]``;
+  ``op`` add|del, ``dst``, ``via`` (the next hop, or null).
 
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
@@ -48,7 +51,8 @@ LINK_FAIL = "link_fail"
 LINK_DOWN = "link_down"
 LINK_UPDATE = "link_update"
 SHAPING = "shaping"
-KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING)
+ROUTE = "route"
+KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}
@@ -194,6 +198,32 @@ def links_before(events: Iterable[Event], t: float | None) -> dict[Pair, LinkSta
     return up
 
 
+def path_over_links(links: Iterable[Pair], a: str, b: str) -> list[str] | None:
+    """A fewest-hops path from ``a`` to ``b`` over ``links`` (the nodes along it, ends
+    included), or None; ties go to the alphabetically first neighbour. This is the path
+    a hop-count routing takes; babel's metric may prefer another of the same length."""
+    neighbours: dict[str, set[str]] = {}
+    for x, y in links:
+        neighbours.setdefault(x, set()).add(y)
+        neighbours.setdefault(y, set()).add(x)
+    previous: dict[str, str | None] = {a: None}
+    frontier = [a]
+    while frontier and b not in previous:
+        nxt = []
+        for node in frontier:
+            for other in sorted(neighbours.get(node, ())):
+                if other not in previous:
+                    previous[other] = node
+                    nxt.append(other)
+        frontier = nxt
+    if b not in previous:
+        return None
+    path = [b]
+    while previous[path[-1]] is not None:
+        path.append(previous[path[-1]])  # type: ignore[arg-type]
+    return path[::-1]
+
+
 def percentile(values: Iterable[float], q: float) -> float | None:
     """Nearest-rank percentile ``q`` (0-100] of ``values``; None when there are none."""
     ordered = sorted(values)
@@ -254,6 +284,34 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
             "stale_requests": stale,
             "link_up_latency_ms": figures(latencies["link_up_latency_ms"]),
             "link_up_latency_at_ca_ms": figures(latencies["at_ca_ms"])}
+
+
+def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """Route changes per step: how many, per node, and ``converged_s``, the time from
+    the step taking effect to its last route change (null when nothing changed)."""
+    steps: dict[int, dict[str, Any]] = {}
+    started: dict[int, float] = {}
+    for e in events:
+        if e.step is None:
+            continue
+        if e.event == STEP and e.wall_time is not None:
+            started.setdefault(e.step, e.wall_time)
+        elif e.event == ROUTE and e.nodes:
+            row = steps.setdefault(e.step, {"step": e.step, "changes": 0, "nodes": {},
+                                            "last": None})
+            row["changes"] += 1
+            row["nodes"][e.nodes[0]] = row["nodes"].get(e.nodes[0], 0) + 1
+            if e.wall_time is not None:
+                row["last"] = max(row["last"] or e.wall_time, e.wall_time)
+    out = []
+    for step in sorted(set(steps) | set(started)):
+        row = steps.get(step, {"step": step, "changes": 0, "nodes": {}, "last": None})
+        last = row.pop("last")
+        row["converged_s"] = round(last - started[step], 3) \
+            if last is not None and step in started else None
+        row["nodes"] = dict(sorted(row["nodes"].items()))
+        out.append(row)
+    return out
 
 
 def _finite(value: Any) -> bool:

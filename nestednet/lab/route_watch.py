@@ -1,0 +1,83 @@
+"""Route changes in every node, watched from the host (a run's route events).
+
+Whatever routes (the GNAB agent under `direct`, babeld under `babel`, the user's own
+code), the GNAB's routing table shows the node's view, so the watcher listens to
+IPv4 route changes in each GNAB's network namespace through netlink, from the host:
+nothing runs in the components for it, and a user's image needs nothing. Only
+routes to node addresses count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import threading
+import time
+from collections.abc import Callable
+from ipaddress import IPv4Network
+
+from nestednet.adapters import netlink
+from nestednet.lab.nodes import Lab
+from nestednet.model import topology as topo
+from nestednet.model.addressing import plan_from_dict
+
+OnChange = Callable[[int, dict, float], None]
+"""Called with (lab node number, change, Unix time) from the watcher's thread."""
+
+
+def gnab_pid(lab: Lab, number: int) -> int:
+    """The host pid of node ``number``'s GNAB (its network namespace is the node's view)."""
+    with lab.inner(number) as inner:
+        child = lab.child(inner, topo.component_name(0))
+        inner_pid = int(child.attrs["State"]["Pid"])
+    parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
+    return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+
+
+class RouteWatch:
+    """Start, then every change to a node-address route calls ``on_change``; stop."""
+
+    def __init__(self, lab: Lab, on_change: OnChange) -> None:
+        self.lab = lab
+        self.on_change = on_change
+        self.node_net = IPv4Network(plan_from_dict(lab.shape, lab.meta["plan"]).node)
+        self._sockets: dict = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> RouteWatch:
+        for number in self.lab.shape.node_numbers():
+            sock = netlink.route_monitor(netlink.netns_path(gnab_pid(self.lab, number)))
+            self._sockets[sock] = number
+        self._thread = threading.Thread(target=self._read, name="nestednet-routes",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select(list(self._sockets), [], [], 0.2)
+            for sock in ready:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    continue
+                now = time.time()
+                for change in netlink.route_changes(data):
+                    if IPv4Network(change["dst"], strict=False).subnet_of(self.node_net):
+                        self.on_change(self._sockets[sock], change, now)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._sockets.clear()
+
+    def __enter__(self) -> RouteWatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
