@@ -17,7 +17,7 @@ from rich.text import Text
 from nestednet.ca import session
 from nestednet.console import err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
-from nestednet.lab import runs
+from nestednet.lab import lock, runs
 from nestednet.model.scenario import Scenario
 from nestednet.model.scenario_file import DEFAULT_IPHYS, load_scenario
 from nestednet.model.step_figures import StepFigures, StepTally
@@ -71,10 +71,11 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir)
-    options.created_lab = session.ensure_lab(loaded, options, notify=progress)
-    if options.events is None:
-        options.events = runs.results_dir(lab) / "events.jsonl"
-    summary, interrupted = _play(loaded, options)
+    with lock.hold(lab, lock.RUN), runs.RunMarker(lab).held(remove_lab):
+        options.created_lab = session.ensure_lab(loaded, options, notify=progress)
+        if options.events is None:
+            options.events = runs.results_dir(lab) / "events.jsonl"
+        summary, interrupted = _play(loaded, options)
     _print_summary(summary, options, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)

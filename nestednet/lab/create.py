@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from pathlib import Path
 
 import docker
 
@@ -21,9 +20,10 @@ from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
-from nestednet.lab import designs, teardown
+from nestednet.lab import designs, lock, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
 from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
+from nestednet.lab.runs import process_start
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
@@ -79,23 +79,24 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
     record = LabRecord(request.lab)
     clock = PhaseClock()
     try:
-        _check_free(request.lab, record, client, host_ovs, shape)
-        record.claim()
-        datapath = ovs_datapath()
-        meta = initial_meta(request, shape, plan, datapath, design.parent_security(client),
-                            kind=design.kind)
-        record.write_meta(meta)
-        clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
-        build = Build(request, shape, plan, record, client, host_ovs, datapath, clock, notify)
-        try:
-            design.prepare(build)
-            with clock.span(LAB_PHASE):
-                _lab_networks(request.lab, record, host_ovs, datapath, plan)
-            _build_nodes(build, design.build_node)
-        except BaseException as exc:
-            roll_back(record, client, host_ovs, exc)
-            raise
-        return complete(record, meta, started, clock)
+        with lock.hold(request.lab, "create", root=record.path.parent, wait=0):
+            _check_free(request.lab, record, client, host_ovs, shape)
+            record.claim()
+            datapath = ovs_datapath()
+            meta = initial_meta(request, shape, plan, datapath, design.parent_security(client),
+                                kind=design.kind)
+            record.write_meta(meta)
+            clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
+            build = Build(request, shape, plan, record, client, host_ovs, datapath, clock, notify)
+            try:
+                design.prepare(build)
+                with clock.span(LAB_PHASE):
+                    _lab_networks(request.lab, record, host_ovs, datapath, plan)
+                _build_nodes(build, design.build_node)
+            except BaseException as exc:
+                roll_back(record, client, host_ovs, exc)
+                raise
+            return complete(record, meta, started, clock)
     finally:
         host_ovs.close()
 
@@ -125,7 +126,7 @@ def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, d
     """The lab record written before anything is made (status "creating")."""
     return {
         "lab": request.lab, **extra, "status": "creating", "creator_pid": os.getpid(),
-        "creator_start": _start_time(os.getpid()),
+        "creator_start": process_start(os.getpid()),
         "nodes": shape.nodes, "iphys": shape.iphys, "cpus": request.cpus,
         "memory_mb": request.memory_mb, "datapath": datapath,
         "parent_security": parent_security,
@@ -156,13 +157,6 @@ def roll_back(record: LabRecord, client: docker.DockerClient, host_ovs: Ovsdb,
         if isinstance(error, NestedNetError):
             error.hint = (f"rolling back failed too ({undo}); "
                           "`nestednet cleanup` removes what is left")
-
-
-def _start_time(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
 
 
 def _lab_networks(lab: str, record: LabRecord, ovs: Ovsdb, datapath: str,

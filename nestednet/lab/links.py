@@ -10,9 +10,11 @@ links the same way) and `link list` never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from nestednet.adapters import openflow
-from nestednet.lab.record import LabRecord
+from nestednet.lab import lock
+from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -27,12 +29,15 @@ class LabLinks:
     lab: str
     bridge: str
     plan: AddressPlan
+    root: Path = LABS_DIR
+    """Where the lab's record (and lock) live."""
 
     @classmethod
     def of(cls, record: LabRecord) -> LabLinks:
         meta = record.meta()
         shape = topo.Shape(meta["nodes"], meta["iphys"])
-        return cls(record.lab, meta["main_bridge"], plan_from_dict(shape, meta["plan"]))
+        return cls(record.lab, meta["main_bridge"], plan_from_dict(shape, meta["plan"]),
+                   record.path.parent)
 
     def port(self, end: topo.Endpoint) -> int:
         return self.plan.port_number(end.node, end.iphy)
@@ -57,15 +62,23 @@ class LabLinks:
         return sorted(found)
 
     def add(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
-        link = link_rules.check_new_link(self.links(), a, b)
-        openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
-                                                         self.port(b)))
+        """Check Algorithm 1's rules against the flow table and install, under the lab's
+        lock: no other process changes links between the read and the write."""
+        with lock.hold(self.lab, "link add", root=self.root):
+            link = link_rules.check_new_link(self.links(), a, b)
+            openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
+                                                             self.port(b)))
         return link
 
     def delete(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
-        link = link_rules.find_link(self.links(), a, b)
-        openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
+        with lock.hold(self.lab, "link del", root=self.root):
+            link = link_rules.find_link(self.links(), a, b)
+            openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
         return link
+
+    def clear(self) -> None:
+        """Remove every link flow (ours by cookie mark), e.g. those of a crashed run."""
+        openflow.apply(self.bridge, [f"delete cookie={COOKIE_MARK:#x}/{0xFFFF << 48:#x}"])
 
     def apply_step(self, add: list[link_rules.Link], remove: list[link_rules.Link]) -> None:
         """Remove and add many links in one atomic bundle (one ovs-ofctl run).

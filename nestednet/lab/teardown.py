@@ -12,14 +12,15 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import docker
 import docker.errors
 
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
-from nestednet.lab import node_image
+from nestednet.errors import UsageError
+from nestednet.lab import lock, node_image, runs
+from nestednet.lab.links import LabLinks
 from nestednet.lab.record import (
     CONTAINER,
     NETNS,
@@ -28,6 +29,7 @@ from nestednet.lab.record import (
     LabRecord,
     existing_labs,
 )
+from nestednet.lab.runs import alive as _alive
 from nestednet.lab.wiring import LAB_ID
 
 Report = Callable[[str], None]
@@ -46,7 +48,17 @@ class Removed:
 
 def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
                ovs: Ovsdb | None = None, dry_run: bool = False) -> Removed:
-    """Remove every resource in the lab's record, then the record itself."""
+    """Remove every resource in the lab's record, then the record itself (holding the
+    lab's lock; its lock file goes last)."""
+    with lock.hold(record.lab, "delete", root=record.path.parent):
+        removed = _delete_locked(record, client, ovs, dry_run)
+        if not dry_run:
+            lock.forget(record.lab, record.path.parent)
+    return removed
+
+
+def _delete_locked(record: LabRecord, client: docker.DockerClient | None, ovs: Ovsdb | None,
+                   dry_run: bool) -> Removed:
     removed = Removed()
     resources = record.resources()
     client = client or docker_engine.connect()
@@ -97,12 +109,33 @@ def _remove_container(client: docker.DockerClient, name: str, lab: str, dry_run:
     return True
 
 
-def _alive(pid: int, start: str) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not start or stat.rsplit(")", 1)[1].split()[19] == start
+def _crashed_runs(client: docker.DockerClient, ovs: Ovsdb, dry_run: bool,
+                  result: Removed) -> None:
+    """Undo runs killed mid-way (their marker outlived them): links, and the lab of
+    a `run --rm` that created it."""
+    for marker in runs.markers():
+        data = marker.read()
+        if _alive(int(data.get("pid", 0)), data.get("start", "")):
+            result.kept.append(f"run on lab {marker.lab} (pid {data['pid']} still playing)")
+            continue
+        record = LabRecord(marker.lab)
+        try:
+            with lock.hold(marker.lab, "cleanup", root=record.path.parent, wait=0):
+                if data.get("creates") and data.get("remove_lab") and record.exists():
+                    sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+                    result.items.extend(f"{item} (lab {marker.lab}, run --rm killed)"
+                                        for item in sub.items)
+                elif record.meta().get("status") == "complete":
+                    links = LabLinks.of(record)
+                    found = links.links()
+                    if found and not dry_run:
+                        links.clear()
+                    result.items.extend(f"link {a} <-> {b} (lab {marker.lab}, run killed)"
+                                        for a, b in found)
+                if not dry_run:
+                    marker.path.unlink(missing_ok=True)
+        except UsageError as busy:
+            result.kept.append(f"run marker of lab {marker.lab} ({busy})")
 
 
 def cleanup(*, dry_run: bool = False) -> Removed:
@@ -115,6 +148,7 @@ def cleanup(*, dry_run: bool = False) -> Removed:
     result = Removed()
     client = docker_engine.connect()
     with Ovsdb() as ovs:
+        _crashed_runs(client, ovs, dry_run, result)
         labs = existing_labs()
         for lab in labs:
             record = LabRecord(lab)
@@ -125,7 +159,12 @@ def cleanup(*, dry_run: bool = False) -> Removed:
             if meta and _alive(int(meta.get("creator_pid", 0)), meta.get("creator_start", "")):
                 result.kept.append(f"lab {lab} (being created by pid {meta['creator_pid']})")
                 continue
-            sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+            try:
+                with lock.hold(lab, "cleanup", root=record.path.parent, wait=0):
+                    sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+            except UsageError as busy:
+                result.kept.append(f"lab {lab} ({busy})")
+                continue
             result.items.extend(f"{item} (lab {lab}, unfinished)" for item in sub.items)
         known = set(labs)
         for container in client.containers.list(all=True, filters={"label": LAB_ID}):
