@@ -163,11 +163,11 @@ def _lab_networks(lab: str, record: LabRecord, ovs: Ovsdb, datapath: str,
                   plan: AddressPlan) -> None:
     """The main bridge (secure, no flows: no links yet) and the control namespace."""
     bridge = topo.main_bridge(lab)
+    record.add(OVS_BRIDGE, bridge)
     ovs.add_bridge(bridge, datapath_type=datapath, external_ids={LAB_ID: lab},
                    fail_mode="secure")
-    record.add(OVS_BRIDGE, bridge)
     name = topo.control_netns(lab)
-    netlink.create_netns(name)
     record.add(NETNS, name)
+    netlink.create_netns(name)
     with netlink.route(name) as ctl:
         netlink.add_bridge(ctl, topo.control_bridge(lab), plan.ca_address())

@@ -18,6 +18,7 @@ import docker.errors
 
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import PROBE_LABEL, PROBE_PREFIX
 from nestednet.errors import UsageError
 from nestednet.lab import lock, node_image, runs
 from nestednet.lab.links import LabLinks
@@ -173,14 +174,17 @@ def cleanup(*, dry_run: bool = False) -> Removed:
                     with contextlib.suppress(docker.errors.NotFound):
                         container.remove(v=True, force=True)
                 result.add(f"container {container.name} (no lab record)")
-        for container in client.containers.list(
-                all=True, filters={"label": node_image.TEMPLATE_LABEL}):
-            match = re.fullmatch(r"nestednet-template-(\d+)-\w+", container.name)
-            if match and not _alive(int(match.group(1)), ""):
-                if not dry_run:
-                    with contextlib.suppress(docker.errors.NotFound):
-                        container.remove(v=True, force=True)
-                result.add(f"container {container.name} (unfinished image template)")
+        for label, pattern, what in (
+                (node_image.TEMPLATE_LABEL, r"nestednet-template-(\d+)-\w+",
+                 "unfinished image template"),
+                (PROBE_LABEL, re.escape(PROBE_PREFIX) + r"(\d+)-\w+", "privilege probe")):
+            for container in client.containers.list(all=True, filters={"label": label}):
+                match = re.fullmatch(pattern, container.name)
+                if match and not _alive(int(match.group(1)), ""):
+                    if not dry_run:
+                        with contextlib.suppress(docker.errors.NotFound):
+                            container.remove(v=True, force=True)
+                    result.add(f"container {container.name} ({what})")
         for bridge, ids in ovs.bridges().items():
             lab = ids.get(LAB_ID)
             if lab and lab not in known:
