@@ -11,18 +11,22 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nestednet.errors import NestedNetError
+from nestednet.errors import ExitStatus, NestedNetError
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
 
 class ErrorHandlingGroup(click.Group):
-    """Turns NestedNetError into `error: message` (+ hint) and its exit code."""
+    """Turns NestedNetError into `error: message` (+ hint) and its exit code, and a
+    Ctrl-C that nothing else handled into exit 130 (click would say "Aborted!", exit 1)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            err_console.print("interrupted (Ctrl-C)", soft_wrap=True)
+            sys.exit(ExitStatus.INTERRUPTED)
         except NestedNetError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
                               soft_wrap=True)

@@ -19,7 +19,7 @@ from nestednet import images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import ovs_datapath
-from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
+from nestednet.errors import EnvironmentProblem, Interrupted, NestedNetError, UsageError
 from nestednet.lab import designs, lock, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
 from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
@@ -27,6 +27,7 @@ from nestednet.lab.runs import process_start
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
+from nestednet.signals import deferred_sigint
 
 __all__ = ["DEFAULT_JOBS", "LAB_PHASE", "PREPARE_PHASE", "CreateRequest", "create", "validate"]
 
@@ -82,19 +83,26 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
         with lock.hold(request.lab, "create", root=record.path.parent, wait=0):
             _check_free(request.lab, record, client, host_ovs, shape)
             record.claim()
-            datapath = ovs_datapath()
-            meta = initial_meta(request, shape, plan, datapath, design.parent_security(client),
-                                kind=design.kind)
-            record.write_meta(meta)
-            clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
-            build = Build(request, shape, plan, record, client, host_ovs, datapath, clock, notify)
             try:
+                datapath = ovs_datapath()
+                meta = initial_meta(request, shape, plan, datapath,
+                                    design.parent_security(client), kind=design.kind)
+                record.write_meta(meta)
+                clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
+                build = Build(request, shape, plan, record, client, host_ovs, datapath, clock,
+                              notify)
                 design.prepare(build)
                 with clock.span(LAB_PHASE):
                     _lab_networks(request.lab, record, host_ovs, datapath, plan)
                 _build_nodes(build, design.build_node)
             except BaseException as exc:
-                roll_back(record, client, host_ovs, exc)
+                with deferred_sigint():
+                    removed = roll_back(record, client, host_ovs, exc)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise Interrupted(
+                        f"create of lab {request.lab} interrupted (Ctrl-C); rolled back, "
+                        f"removed {len(removed.items)} resources: {', '.join(removed.items)}"
+                    ) from exc
                 raise
             return complete(record, meta, started, clock)
     finally:
@@ -148,15 +156,16 @@ def complete(record: LabRecord, meta: dict, started: float, clock: PhaseClock) -
 
 
 def roll_back(record: LabRecord, client: docker.DockerClient, host_ovs: Ovsdb,
-              error: BaseException) -> None:
+              error: BaseException) -> teardown.Removed:
     """Remove what a failed create made; the first error stays the one reported, and
     says what is left if removing fails too."""
     try:
-        teardown.delete_lab(record, client=client, ovs=host_ovs)
+        return teardown.delete_lab(record, client=client, ovs=host_ovs)
     except Exception as undo:
         if isinstance(error, NestedNetError):
             error.hint = (f"rolling back failed too ({undo}); "
                           "`nestednet cleanup` removes what is left")
+        return teardown.Removed()
 
 
 def _lab_networks(lab: str, record: LabRecord, ovs: Ovsdb, datapath: str,

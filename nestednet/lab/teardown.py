@@ -32,6 +32,7 @@ from nestednet.lab.record import (
 )
 from nestednet.lab.runs import alive as _alive
 from nestednet.lab.wiring import LAB_ID
+from nestednet.signals import deferred_sigint
 
 Report = Callable[[str], None]
 
@@ -51,7 +52,7 @@ def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
                ovs: Ovsdb | None = None, dry_run: bool = False) -> Removed:
     """Remove every resource in the lab's record, then the record itself (holding the
     lab's lock; its lock file goes last)."""
-    with lock.hold(record.lab, "delete", root=record.path.parent):
+    with deferred_sigint(), lock.hold(record.lab, "delete", root=record.path.parent):
         removed = _delete_locked(record, client, ovs, dry_run)
         if not dry_run:
             lock.forget(record.lab, record.path.parent)
