@@ -61,9 +61,10 @@ class LabRecord:
 
     def claim(self) -> None:
         """Make the lab directory; refuse when the lab exists (mkdir is atomic)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.path.parent, 0o700)  # node state below holds engine sockets
         try:
-            self.path.mkdir()
+            self.path.mkdir(mode=0o700)
         except FileExistsError as exc:
             raise UsageError(f"lab {self.lab} exists already",
                              hint=f"`nestednet delete --lab {self.lab}` or pick another "
