@@ -67,15 +67,22 @@ def load(path: str | Path) -> EmulatedLinks:
     """Parse and validate the file at ``path``; raise LinksFileError (exit 2) when unusable."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise LinksFileError("", f"cannot read the links file: {exc.strerror}",
                              source=source) from exc
+    except UnicodeDecodeError as exc:
+        raise LinksFileError("", f"not UTF-8 text (byte {exc.start})", source=source) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LinksFileError("", f"not valid JSON: {exc.msg} at line {exc.lineno} "
                              f"column {exc.colno}", source=source) from exc
+    except RecursionError:
+        raise LinksFileError("", "not valid JSON: nested too deeply", source=source) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise LinksFileError("", f"not usable JSON: {exc}".split(";")[0],
+                             source=source) from None
     try:
         return parse(data)
     except LinksFileError as exc:

@@ -58,6 +58,8 @@ def decode_json(text: str, source: str) -> Any:
                          f"{exc.msg}") from None
     except RecursionError:
         raise UsageError(f"{source}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise UsageError(f"{source}: not usable JSON: {str(exc).split(';')[0]}") from None
 
 
 def parse_scenario(doc: Any, source: str, *, nestednet_iphys: int = DEFAULT_IPHYS) -> Scenario:

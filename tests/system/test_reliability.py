@@ -16,20 +16,17 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+import host_state
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import host_state  # noqa: E402
-
-from nestednet import images  # noqa: E402
-from nestednet.lab import lock  # noqa: E402
-from nestednet.lab.links import LabLinks  # noqa: E402
-from nestednet.lab.record import LabRecord  # noqa: E402
-from nestednet.lab.teardown import delete_lab  # noqa: E402
+from nestednet import images
+from nestednet.lab import lock
+from nestednet.lab.links import LabLinks
+from nestednet.lab.record import LabRecord
+from nestednet.lab.teardown import delete_lab
 
 pytestmark = pytest.mark.system
 
@@ -209,21 +206,18 @@ def _mode(path: Path) -> tuple[str, int, int]:
 
 
 def test_what_a_lab_makes_on_the_host_is_root_only(race_lab):
-    """Sockets 0600 root:root, directories and records not writable by others."""
+    """The labs directory is root's alone, engine sockets are root:root 0600 and no
+    socket, directory or record is open to others."""
     record = LabRecord(RACE_LAB)
-    found = {}
-    for path in [record.path.parent, *record.path.rglob("*")]:
-        if path.is_socket() or path.is_dir() or path.is_file():
-            if "docker" in path.relative_to(record.path.parent).parts[2:3]:
-                continue  # the inner engine's data root, the node's own business
-            found[path] = _mode(path)
-    sockets = {p: m for p, m in found.items() if m[0].startswith("s")}
-    assert sockets, "no sockets found in the lab's state directories"
-    assert {m for m in sockets.values()} == {("srw-------", 0, 0)}, sockets
-    loose = {p: m for p, m in found.items() if m[0][8] == "w" or m[1] != 0}
-    assert loose == {}
+    found = {record.path.parent: _mode(record.path.parent)}
+    for top, dirs, files in os.walk(record.path):
+        dirs[:] = [d for d in dirs if d != "docker"]  # a node's inner data root
+        for name in dirs + files:
+            found[Path(top, name)] = _mode(Path(top, name))
+    assert found[record.path.parent][0] == "drwx------"
+    engines = {p: m for p, m in found.items() if p.name == "docker.sock"}
+    assert len(engines) == 2 and set(engines.values()) == {("srw-------", 0, 0)}, engines
+    open_to_others = {p: m for p, m in found.items() if "w" in m[0][7:] or m[1] != 0
+                      or (m[0][0] == "s" and m[0][7:] != "---")}
+    assert open_to_others == {}
     assert _mode(lock.lock_path(RACE_LAB))[0] == "-rw-------"
-
-
-def _thread_safe_placeholder() -> threading.Lock:  # keep threading used by name
-    return threading.Lock()
