@@ -4,6 +4,7 @@ codes, JSON for scripts, progress lines."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -33,6 +34,20 @@ class ErrorHandlingGroup(click.Group):
             if exc.hint:
                 err_console.print(f"  hint: {exc.hint}", markup=False, soft_wrap=True)
             sys.exit(exc.exit_code)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses nan and inf (FloatRange lets nan through: every
+    comparison with it is false)."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def print_json(data: Any) -> None:

@@ -15,7 +15,7 @@ from rich.live import Live as RichLive
 from rich.text import Text
 
 from nestednet.ca import session
-from nestednet.console import err_console, out_console, print_json, progress
+from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
 from nestednet.lab import lock, runs
 from nestednet.model.scenario import Scenario
@@ -31,9 +31,9 @@ def register(group: click.Group) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--lab", default="nn", show_default=True,
               help="Lab to run on; created with the scenario's shape if it does not exist.")
-@click.option("--speed", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--speed", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Scenario seconds per wall-clock second.")
-@click.option("--until", type=click.FloatRange(min=0), metavar="T",
+@click.option("--until", type=FiniteFloat(min=0), metavar="T",
               help="Stop at scenario time T instead of the scenario's end.")
 @click.option("--events", type=click.Path(dir_okay=False, path_type=Path),
               help="Event log (JSON lines); default events.jsonl in a new directory "
@@ -43,7 +43,7 @@ def register(group: click.Group) -> None:
 @click.option("--iphys", type=click.IntRange(min=1), default=None,
               help="iPHYs per node for NestedNet-format scenarios (which do not say); "
                    f"default: the existing lab's count, else {DEFAULT_IPHYS}.")
-@click.option("--hello-timeout", type=click.FloatRange(min=1), default=90, show_default=True,
+@click.option("--hello-timeout", type=FiniteFloat(min=1), default=90, show_default=True,
               help="Seconds to wait for every GNAB agent's HELLO.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write a connectivity picture (PNG) per step into this directory.")
@@ -68,6 +68,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
       nestednet run scenarios/thesis-fig-3.11.json --lab nn   # iPHYs: the lab's
     """
     loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys))
+    if events is not None:
+        runs.check_writable(events, "--events")
     options = session.RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir)

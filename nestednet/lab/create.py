@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
 
 import docker
 
@@ -45,9 +46,21 @@ def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
         raise UsageError("--jobs must be at least 1")
     if request.cpus is not None and not 0 < request.cpus <= (os.cpu_count() or 1):
         raise UsageError(f"--cpus must be above 0 and at most {os.cpu_count()} (this machine)")
-    if request.memory_mb is not None and request.memory_mb < 8:
-        raise UsageError("--memory is in MB per component and must be at least 8")
+    if request.memory_mb is not None and not 8 <= request.memory_mb <= host_memory_mb():
+        raise UsageError(f"--memory is in MB per component: from 8 to {host_memory_mb()} "
+                         f"(this machine's memory), not {request.memory_mb}")
     return shape, plan
+
+
+def host_memory_mb() -> int:
+    """This machine's memory in MB (MemTotal)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 2**31
 
 
 def _check_free(lab: str, record: LabRecord, client: docker.DockerClient, ovs: Ovsdb,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nestednet.errors import UsageError
 from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.model.events import Event, parse_event
 
@@ -34,6 +35,17 @@ def results_dir(lab: str, root: Path = RUNS_DIR, now: float | None = None) -> Pa
             continue
         return path
     raise FileExistsError(f"no free results directory for {lab} at {stamp} in {root}")
+
+
+def check_writable(path: Path, what: str) -> None:
+    """UsageError unless ``path`` can be appended to (its directory is made if missing),
+    so that a run does not create a lab to find out it cannot log."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot write there: {exc.strerror}") from None
 
 
 def lab_iphys(lab: str, root: Path = LABS_DIR) -> int | None:
