@@ -65,12 +65,23 @@ def delete(lab: str, a: str, b: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(lab: str, as_json: bool) -> None:
     """List the links present on the main bridge."""
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
+    from nestednet.lab.links import broken_because, dead_nodes
+    from nestednet.lab.nodes import Lab
+
+    opened = Lab.open(lab)
     links = _links(lab)
-    rows = [links.describe(x) for x in links.links()]
+    dead = dead_nodes(opened.client, lab, opened.shape.nodes)
+    rows = [{**links.describe(x), "broken": broken_because(x, dead)} for x in links.links()]
     if as_json:
         print_json(rows)
         return
     for row in rows:
-        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})")
+        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})"
+                          + (f"  BROKEN: {row['broken']}" if row["broken"] else ""))
+    if dead:
+        out_console.print(f"dead nodes: {', '.join(f'n{k}' for k in sorted(dead))}; a dead "
+                          f"node cannot be brought back in place: `nestednet delete --lab "
+                          f"{lab}` and create the lab again")
     if not rows:
         out_console.print("no links")

@@ -18,7 +18,7 @@ from nestednet.ca import session
 from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
 from nestednet.lab import lock, runs
-from nestednet.model.scenario import Scenario
+from nestednet.model.scenario import MAX_IPHYS, Scenario
 from nestednet.model.scenario_file import DEFAULT_IPHYS, load_scenario
 from nestednet.model.step_figures import StepFigures, StepTally
 
@@ -40,7 +40,7 @@ def register(group: click.Group) -> None:
                    f"{runs.RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
 @click.option("--rm", "remove_lab", is_flag=True,
               help="Delete the lab when the run ends (the results are kept).")
-@click.option("--iphys", type=click.IntRange(min=1), default=None,
+@click.option("--iphys", type=click.IntRange(min=1, max=MAX_IPHYS), default=None,
               help="iPHYs per node for NestedNet-format scenarios (which do not say); "
                    f"default: the existing lab's count, else {DEFAULT_IPHYS}.")
 @click.option("--hello-timeout", type=FiniteFloat(min=1), default=90, show_default=True,

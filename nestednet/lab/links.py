@@ -15,6 +15,7 @@ from pathlib import Path
 from nestednet.adapters import openflow
 from nestednet.lab import lock
 from nestednet.lab.record import LABS_DIR, LabRecord
+from nestednet.lab.wiring import LAB_ID
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -97,3 +98,15 @@ class LabLinks:
                 "a_address": str(self.plan.inter_address(a.node, a.iphy).ip),
                 "b_address": str(self.plan.inter_address(b.node, b.iphy).ip),
                 "cookie": f"{self.cookie(a, b):#x}"}
+
+
+def dead_nodes(client, lab: str, nodes: int) -> set[int]:
+    """Nodes whose parent container is not running (killed, stopped or gone)."""
+    running = {c.name for c in client.containers.list(filters={"label": f"{LAB_ID}={lab}"})}
+    return {k for k in range(1, nodes + 1) if topo.parent_container(lab, k) not in running}
+
+
+def broken_because(link: link_rules.Link, dead: set[int]) -> str | None:
+    """Why a link on the bridge carries nothing: an end's node is dead (its port is gone)."""
+    gone = [str(end) for end in link if end.node in dead]
+    return f"{' and '.join(gone)} on a dead node" if gone else None
