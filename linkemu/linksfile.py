@@ -101,7 +101,23 @@ def parse(data: Any) -> EmulatedLinks:
         raise LinksFileError("", "neither a thesis file (Linksimulation, or Routerpairs + "
                              "Linkproperties) nor a native one (links)")
     _check_table(table, origins)
+    _check_routable(table, origins)
     return table
+
+
+def _check_routable(table: EmulatedLinks, origins: list[str]) -> None:
+    """The router plan's address checks, located at the link that brought the address."""
+    if table.emulator.netns is not None:
+        return  # no router part (see shaping.router_part)
+    try:
+        router_plan.plan(table)
+    except router_plan.AddressProblem as exc:
+        for link, at in zip(table.links, origins, strict=True):
+            if exc.address in (link.client_ip, link.server_ip):
+                raise LinksFileError(at, str(exc)) from None
+        raise
+    except UsageError:
+        pass  # other router problems are not one link's: `apply` reports them as before
 
 
 # --- native format ----------------------------------------------------------------
