@@ -24,6 +24,7 @@ from nestednet.lab import lock, node_image, runs
 from nestednet.lab.links import LabLinks
 from nestednet.lab.record import (
     CONTAINER,
+    LABS_DIR,
     NETNS,
     OVS_BRIDGE,
     VETH,
@@ -111,6 +112,21 @@ def _remove_container(client: docker.DockerClient, name: str, lab: str, dry_run:
     return True
 
 
+def _stale_locks(known: set[str], dry_run: bool, result: Removed) -> None:
+    """Lock files of labs without a record (a create killed before it made the record);
+    one someone holds is left alone."""
+    for path in sorted(LABS_DIR.glob("*.lock")) if LABS_DIR.is_dir() else []:
+        if path.stem in known:
+            continue
+        try:
+            with lock.hold(path.stem, "cleanup", root=LABS_DIR, wait=0):
+                if not dry_run:
+                    lock.forget(path.stem, LABS_DIR)
+            result.add(f"file {path} (lock of a lab without a record)")
+        except UsageError:
+            continue
+
+
 def _crashed_runs(client: docker.DockerClient, ovs: Ovsdb, dry_run: bool,
                   result: Removed) -> None:
     """Undo runs killed mid-way (their marker outlived them): links, and the lab of
@@ -169,6 +185,7 @@ def cleanup(*, dry_run: bool = False) -> Removed:
                 continue
             result.items.extend(f"{item} (lab {lab}, unfinished)" for item in sub.items)
         known = set(labs)
+        _stale_locks(known, dry_run, result)
         for container in client.containers.list(all=True, filters={"label": LAB_ID}):
             if container.labels.get(LAB_ID) not in known:
                 if not dry_run:
