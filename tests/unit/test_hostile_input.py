@@ -180,7 +180,7 @@ def _number_contract(argv: list[str], option: str, value: str) -> None:
        value=NUMBERS)
 def test_run_numbers_are_checked_before_anything_is_made(option, value):
     scenario = str(ROOT / "scenarios" / "small-4x2.json")
-    with mock.patch("nestednet.ca.session.ensure_lab", _refuse_to_make):
+    with mock.patch("nestednet.lab.lock.hold", _refuse_to_make):  # the run's first step
         _number_contract(["run", scenario, "--lab", "fz", option, value], option, value)
 
 
