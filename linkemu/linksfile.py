@@ -67,15 +67,22 @@ def load(path: str | Path) -> EmulatedLinks:
     """Parse and validate the file at ``path``; raise LinksFileError (exit 2) when unusable."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise LinksFileError("", f"cannot read the links file: {exc.strerror}",
                              source=source) from exc
+    except UnicodeDecodeError as exc:
+        raise LinksFileError("", f"not UTF-8 text (byte {exc.start})", source=source) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LinksFileError("", f"not valid JSON: {exc.msg} at line {exc.lineno} "
                              f"column {exc.colno}", source=source) from exc
+    except RecursionError:
+        raise LinksFileError("", "not valid JSON: nested too deeply", source=source) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise LinksFileError("", f"not usable JSON: {exc}".split(";")[0],
+                             source=source) from None
     try:
         return parse(data)
     except LinksFileError as exc:
@@ -94,7 +101,23 @@ def parse(data: Any) -> EmulatedLinks:
         raise LinksFileError("", "neither a thesis file (Linksimulation, or Routerpairs + "
                              "Linkproperties) nor a native one (links)")
     _check_table(table, origins)
+    _check_routable(table, origins)
     return table
+
+
+def _check_routable(table: EmulatedLinks, origins: list[str]) -> None:
+    """The router plan's address checks, located at the link that brought the address."""
+    if table.emulator.netns is not None:
+        return  # no router part (see shaping.router_part)
+    try:
+        router_plan.plan(table)
+    except router_plan.AddressProblem as exc:
+        for link, at in zip(table.links, origins, strict=True):
+            if exc.address in (link.client_ip, link.server_ip):
+                raise LinksFileError(at, str(exc)) from None
+        raise
+    except UsageError:
+        pass  # other router problems are not one link's: `apply` reports them as before
 
 
 # --- native format ----------------------------------------------------------------

@@ -101,6 +101,15 @@ def side_to_native(side: RouterSide) -> dict[str, str]:
     return result
 
 
+class AddressProblem(UsageError):
+    """A client or server address the router cannot serve; ``address`` says which, so
+    the links file loader can name the link it came from."""
+
+    def __init__(self, address: IPv4Address, message: str) -> None:
+        super().__init__(message)
+        self.address = address
+
+
 def plan(table: EmulatedLinks) -> RouterPlan:
     """The router configuration for ``table``; UsageError if it cannot be consistent."""
     if not table.links:
@@ -151,7 +160,7 @@ def _constructed_addresses(side: str, hosts: list[IPv4Address]) -> list[RouterAd
     for network, members in networks.items():
         for ip in members:
             if ip in (network.network_address, network.broadcast_address):
-                raise UsageError(f"{side} address {ip} is not a host address of {network}")
+                raise AddressProblem(ip, f"{side} address {ip} is not a host address of {network}")
         taken = set(members)
         free = next((ip for ip in network.hosts() if ip not in taken), None)
         if free is None:
@@ -179,7 +188,7 @@ def _laid_out(side: str, layout: RouterSide,
             raise UsageError(f"{side} {ip} has the router's own {side}-side address")
         if ip in own:
             if ip in (own.network_address, own.broadcast_address):
-                raise UsageError(f"{side} address {ip} is not a host address of {own}")
+                raise AddressProblem(ip, f"{side} address {ip} is not a host address of {own}")
             continue
         if layout.gateway is None:
             raise UsageError(f"{side} {ip} is outside the router's {side}-side network {own} "

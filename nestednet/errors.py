@@ -21,7 +21,6 @@ class ExitStatus(IntEnum):
     """Ctrl-C (128 + SIGINT), after cleaning up."""
 
 
-
 class NestedNetError(Exception):
     """A failure with a message written for the user."""
 
@@ -36,6 +35,12 @@ class UsageError(NestedNetError):
     """Bad input: a file, a name or an option that cannot be used as given."""
 
     exit_code = ExitStatus.USAGE
+
+
+class Interrupted(NestedNetError):
+    """Ctrl-C, after what was under way was undone or finished; the message says which."""
+
+    exit_code = ExitStatus.INTERRUPTED
 
 
 class EnvironmentProblem(NestedNetError):

@@ -91,6 +91,6 @@ def start_container(client: docker.DockerClient, image: str, *, name: str,
     try:
         client.api.start(created["Id"])
     except docker.errors.DockerException:
-        client.api.remove_container(created["Id"], force=True)
+        client.api.remove_container(created["Id"], v=True, force=True)
         raise
     return client.containers.get(created["Id"])

@@ -184,6 +184,10 @@ class CaSession:
         self.scenario = scenario
         self.lab = lab
         self.links = LabLinks.of(lab.record)
+        if manual := self.links.links():
+            raise UsageError(f"lab {lab.record.lab} has {len(manual)} link(s) made by "
+                             "`nestednet link add`; during a run the CA makes every link",
+                             hint="remove them with `nestednet link del` first")
         names = list(scenario.node_names)
         self.lab_node = {name: k for k, name in enumerate(names, 1)}
         self.events = EventLog(events_path)

@@ -54,6 +54,11 @@ SECURITY_CACHE = Path("/var/lib/nestednet/parent-security.json")
 `nestednet create` otherwise. A reboot or a new image probes again."""
 
 
+PROBE_PREFIX = "nestednet-probe-"
+"""Probe containers are named PREFIX<pid>-<hex>: `cleanup` removes those whose pid died."""
+PROBE_LABEL = f"{LABEL_PREFIX}.probe"
+
+
 @functools.cache
 def parent_security_mode(image: str) -> str:
     """Return "privileged" or "capset": how node parents must be started here.
@@ -92,11 +97,11 @@ def _probe_parent_security(client, image: str) -> str:
     errors = []
     for mode, options in (("privileged", PARENT_PRIVILEGED_OPTIONS),
                           ("capset", PARENT_CAPSET_OPTIONS)):
-        name = f"nestednet-probe-{uuid.uuid4().hex[:8]}"
+        name = f"{PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             container = docker_engine.start_container(
                 client, image, name=name, command=["true"], entrypoint=[],
-                labels={f"{LABEL_PREFIX}.probe": "privilege"}, security=options)
+                labels={PROBE_LABEL: "privilege"}, security=options)
             if container.wait(timeout=60).get("StatusCode") == 0:
                 return mode
             errors.append(f"{mode}: probe container exited non-zero")
@@ -104,7 +109,7 @@ def _probe_parent_security(client, image: str) -> str:
             errors.append(f"{mode}: {docker_engine.explain(exc)}")
         finally:
             with contextlib.suppress(docker.errors.DockerException):
-                client.containers.get(name).remove(force=True)
+                client.containers.get(name).remove(v=True, force=True)
     raise EnvironmentProblem("no way to start a Docker-in-Docker parent here: " + "; ".join(errors))
 
 

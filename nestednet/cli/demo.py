@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from nestednet.cli.run import run
+from nestednet.console import FiniteFloat
 
 DEMO_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo-12x4.json"
 
@@ -17,7 +18,7 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.option("--lab", default="demo", show_default=True, help="Name of the demo lab.")
-@click.option("--speed", type=click.FloatRange(min=0, min_open=True), default=2.0,
+@click.option("--speed", type=FiniteFloat(min=0, min_open=True), default=2.0,
               show_default=True, help="Scenario seconds per wall-clock second.")
 @click.option("--keep", is_flag=True, help="Keep the lab afterwards (default: delete it).")
 @click.pass_context

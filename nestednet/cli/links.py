@@ -135,19 +135,33 @@ def delete(lab: str, a: str, b: str) -> None:
 @LAB_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(lab: str, as_json: bool) -> None:
-    """List the links on the main bridge: configured properties beside the kernel's."""
+    """List the links on the main bridge: configured properties beside the kernel's, and
+    which links a dead node broke."""
+    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
+    from nestednet.lab.links import broken_because, dead_nodes
+    from nestednet.lab.nodes import Lab
+
     links, shaper, lib = _open(lab, FULL)
-    rows = lib.list_links(links, shaper)
+    opened = Lab.open(lab)
+    dead = dead_nodes(opened.client, lab, opened.shape.nodes)
+    present = links.links()
+    rows = [{**row, "broken": broken_because(x, dead)}
+            for x, row in zip(present, lib.list_links(links, shaper), strict=True)]
     if as_json:
         print_json(rows)
         return
     for row in rows:
-        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})",
+        out_console.print(f"{row['a']} ({row['a_address']}) <-> {row['b']} ({row['b_address']})"
+                          + (f"  BROKEN: {row['broken']}" if row["broken"] else ""),
                           highlight=False)
         for d in row["directions"]:
             out_console.print(f"  {d['from']} -> {d['to']}: configured "
                               f"{_describe(d['configured'])}, kernel {_kernel(d['kernel'])}",
                               highlight=False, soft_wrap=True)
+    if dead:
+        out_console.print(f"dead nodes: {', '.join(f'n{k}' for k in sorted(dead))}; a dead "
+                          f"node cannot be brought back in place: `nestednet delete --lab "
+                          f"{lab}` and create the lab again")
     if not rows:
         out_console.print("no links")
 

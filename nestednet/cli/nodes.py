@@ -9,7 +9,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from nestednet.console import err_console, out_console, print_json
+from nestednet.console import FiniteFloat, err_console, out_console, print_json
 from nestednet.model.component_spec import (
     COMPONENT_CAPS,
     parse_component_caps,
@@ -42,7 +42,8 @@ def register(group: click.Group) -> None:
 @click.option("--nodes", "-n", type=int, required=True, help="Number of nodes N.")
 @click.option("--iphys", "-m", type=int, required=True, help="iPHYs per node M.")
 @LAB_OPTION
-@click.option("--cpus", type=float, default=None, help="CPU limit per component (e.g. 0.5).")
+@click.option("--cpus", type=FiniteFloat(), default=None,
+              help="CPU limit per component (e.g. 0.5).")
 @click.option("--memory", type=int, default=None, metavar="MB",
               help="Memory limit per component, in MB (enforced by its cgroup).")
 @click.option("--jobs", "-j", type=int, default=None,

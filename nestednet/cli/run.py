@@ -17,11 +17,11 @@ from rich.live import Live as RichLive
 from rich.text import Text
 
 from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
-from nestednet.console import err_console, out_console, print_json, progress
+from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
-from nestednet.lab import runs
+from nestednet.lab import lock, runs
 from nestednet.model.link_properties import describe_link_steps
-from nestednet.model.scenario import LENGTH_UNITS, Scenario
+from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, Scenario
 from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.step_figures import StepFigures, StepTally
@@ -45,19 +45,19 @@ def register(group: click.Group) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--lab", default="nn", show_default=True,
               help="Lab to run on; created with the scenario's shape if it does not exist.")
-@click.option("--speed", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--speed", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Scenario seconds per wall-clock second.")
-@click.option("--until", type=click.FloatRange(min=0), metavar="T",
+@click.option("--until", type=FiniteFloat(min=0), metavar="T",
               help="Stop at scenario time T instead of the scenario's end.")
 @click.option("--events", type=click.Path(dir_okay=False, path_type=Path),
               help="Event log (JSON lines); default events.jsonl in a new directory "
                    f"{runs.RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
 @click.option("--rm", "remove_lab", is_flag=True,
               help="Delete the lab when the run ends (the results are kept).")
-@click.option("--iphys", type=click.IntRange(min=1), default=None,
+@click.option("--iphys", type=click.IntRange(min=1, max=MAX_IPHYS), default=None,
               help="iPHYs per node for NestedNet-format scenarios (which do not say); "
                    f"default: the existing lab's count, else {DEFAULT_IPHYS}.")
-@click.option("--hello-timeout", type=click.FloatRange(min=1), default=90, show_default=True,
+@click.option("--hello-timeout", type=FiniteFloat(min=1), default=90, show_default=True,
               help="Seconds to wait for every GNAB agent's HELLO.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write a connectivity picture (PNG) per step into this directory.")
@@ -117,15 +117,18 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     model = load_link_model(link_model) if link_model is not None else None
     links = _session().plan_shaping(loaded, model, shaping_mode, str(scenario), _netem,
                                  keep_order=keep_order)
+    if events is not None:
+        runs.check_writable(events, "--events")
     options = _session().RunOptions(lab=lab, speed=speed, until=until, events=events,
                                  remove_lab=remove_lab, hello_timeout=hello_timeout,
                                  plot_dir=plot_dir, links=links[0] if links else None,
                                  shaping=links[1] if links else None, routing=routing,
                                  component_caps=component_caps)
-    options.created_lab = _session().ensure_lab(loaded, options, notify=progress)
-    if options.events is None:
-        options.events = runs.results_dir(lab) / "events.jsonl"
-    summary, interrupted = _play(loaded, options)
+    with lock.hold(lab, lock.RUN), runs.RunMarker(lab).held(remove_lab):
+        options.created_lab = _session().ensure_lab(loaded, options, notify=progress)
+        if options.events is None:
+            options.events = runs.results_dir(lab) / "events.jsonl"
+        summary, interrupted = _play(loaded, options)
     _print_summary(summary, options, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nestednet.lab import designs
+from nestednet.lab import designs, lock
 from nestednet.lab.design import Write
 from nestednet.lab.nodes import Lab
 
@@ -22,4 +22,5 @@ def exec_in(lab: Lab, node: str, component: str, command: list[str],
 def swap(lab: Lab, node: str, component: str, path: Path, *, restart: bool) -> dict:
     """Copy ``path`` into the component's code directory; with ``restart``, restart it
     alone and wire it again (same addresses and ports, so links survive)."""
-    return designs.of(lab.meta).swap(lab, node, component, path, restart=restart)
+    with lock.hold(lab.record.lab, "swap", root=lab.record.path.parent):
+        return designs.of(lab.meta).swap(lab, node, component, path, restart=restart)

@@ -21,14 +21,16 @@ from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.datapath import VethOffloads
-from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
-from nestednet.lab import designs, teardown
+from nestednet.errors import EnvironmentProblem, Interrupted, NestedNetError, UsageError
+from nestednet.lab import designs, lock, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
 from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
+from nestednet.lab.runs import process_start
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
 from nestednet.routing import strategies
+from nestednet.signals import deferred_sigint
 
 __all__ = ["DEFAULT_JOBS", "LAB_PHASE", "PREPARE_PHASE", "CreateRequest", "create", "validate"]
 
@@ -46,8 +48,9 @@ def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
         raise UsageError("--jobs must be at least 1")
     if request.cpus is not None and not 0 < request.cpus <= (os.cpu_count() or 1):
         raise UsageError(f"--cpus must be above 0 and at most {os.cpu_count()} (this machine)")
-    if request.memory_mb is not None and request.memory_mb < 8:
-        raise UsageError("--memory is in MB per component and must be at least 8")
+    if request.memory_mb is not None and not 8 <= request.memory_mb <= host_memory_mb():
+        raise UsageError(f"--memory is in MB per component: from 8 to {host_memory_mb()} "
+                         f"(this machine's memory), not {request.memory_mb}")
     routing = strategies.named(request.routing)
     missing = routing.needs_caps - set(request.component_caps)
     if missing:
@@ -68,6 +71,17 @@ def _check_user_images(client: docker.DockerClient, request: CreateRequest) -> N
         if not docker_engine.image_exists(client, ref):
             raise UsageError(f"--image {role}={ref}: no such image in the host's Docker engine",
                              hint=f"build or pull it first (`docker image ls {ref}`)")
+
+
+def host_memory_mb() -> int:
+    """This machine's memory in MB (MemTotal)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 2**31
 
 
 def _check_free(lab: str, record: LabRecord, client: docker.DockerClient, ovs: Ovsdb,
@@ -101,25 +115,33 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
     record = LabRecord(request.lab)
     clock = PhaseClock()
     try:
-        _check_free(request.lab, record, client, host_ovs, shape)
-        record.claim()
-        datapath = ovs_datapath()
-        offloads = VethOffloads.choose(datapath, host_ovs.switch_config())
-        meta = initial_meta(request, shape, plan, datapath, design.parent_security(client),
-                            kind=design.kind, veth_offloads=offloads.as_dict())
-        record.write_meta(meta)
-        clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
-        build = Build(request, shape, plan, record, client, host_ovs, datapath, offloads, clock,
-                      notify)
-        try:
-            design.prepare(build)
-            with clock.span(LAB_PHASE):
-                _lab_networks(request.lab, record, host_ovs, datapath, plan)
-            _build_nodes(build, design.build_node)
-        except BaseException as exc:
-            roll_back(record, client, host_ovs, exc)
-            raise
-        return complete(record, meta, started, clock)
+        with lock.hold(request.lab, "create", root=record.path.parent, wait=0):
+            _check_free(request.lab, record, client, host_ovs, shape)
+            record.claim()
+            try:
+                datapath = ovs_datapath()
+                offloads = VethOffloads.choose(datapath, host_ovs.switch_config())
+                meta = initial_meta(request, shape, plan, datapath,
+                                    design.parent_security(client), kind=design.kind,
+                                    veth_offloads=offloads.as_dict())
+                record.write_meta(meta)
+                clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
+                build = Build(request, shape, plan, record, client, host_ovs, datapath,
+                              offloads, clock, notify)
+                design.prepare(build)
+                with clock.span(LAB_PHASE):
+                    _lab_networks(request.lab, record, host_ovs, datapath, plan)
+                _build_nodes(build, design.build_node)
+            except BaseException as exc:
+                with deferred_sigint():
+                    removed = roll_back(record, client, host_ovs, exc)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise Interrupted(
+                        f"create of lab {request.lab} interrupted (Ctrl-C); rolled back, "
+                        f"removed {len(removed.items)} resources: {', '.join(removed.items)}"
+                    ) from exc
+                raise
+            return complete(record, meta, started, clock)
     finally:
         host_ovs.close()
 
@@ -149,7 +171,7 @@ def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, d
     """The lab record written before anything is made (status "creating")."""
     return {
         "lab": request.lab, **extra, "status": "creating", "creator_pid": os.getpid(),
-        "creator_start": _start_time(os.getpid()),
+        "creator_start": process_start(os.getpid()),
         "nodes": shape.nodes, "iphys": shape.iphys, "cpus": request.cpus,
         "memory_mb": request.memory_mb, "datapath": datapath,
         "parent_security": parent_security,
@@ -173,33 +195,27 @@ def complete(record: LabRecord, meta: dict, started: float, clock: PhaseClock) -
 
 
 def roll_back(record: LabRecord, client: docker.DockerClient, host_ovs: Ovsdb,
-              error: BaseException) -> None:
+              error: BaseException) -> teardown.Removed:
     """Remove what a failed create made; the first error stays the one reported, and
     says what is left if removing fails too."""
     try:
-        teardown.delete_lab(record, client=client, ovs=host_ovs)
+        return teardown.delete_lab(record, client=client, ovs=host_ovs)
     except Exception as undo:
         if isinstance(error, NestedNetError):
             error.hint = (f"rolling back failed too ({undo}); "
                           "`nestednet cleanup` removes what is left")
-
-
-def _start_time(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+        return teardown.Removed()
 
 
 def _lab_networks(lab: str, record: LabRecord, ovs: Ovsdb, datapath: str,
                   plan: AddressPlan) -> None:
     """The main bridge (secure, no flows: no links yet) and the control namespace."""
     bridge = topo.main_bridge(lab)
+    record.add(OVS_BRIDGE, bridge)
     ovs.add_bridge(bridge, datapath_type=datapath, external_ids={LAB_ID: lab},
                    fail_mode="secure")
-    record.add(OVS_BRIDGE, bridge)
     name = topo.control_netns(lab)
-    netlink.create_netns(name)
     record.add(NETNS, name)
+    netlink.create_netns(name)
     with netlink.route(name) as ctl:
         netlink.add_bridge(ctl, topo.control_bridge(lab), plan.ca_address())

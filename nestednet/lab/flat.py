@@ -55,8 +55,8 @@ from nestednet.lab.design import (
     node_container,
 )
 from nestednet.lab.nodes import Lab
-from nestednet.lab.record import CONTAINER, OVS_BRIDGE, VETH
-from nestednet.lab.wiring import LAB_ID
+from nestednet.lab.record import CONTAINER, OVS_BRIDGE
+from nestednet.lab.wiring import LAB_ID, add_veth
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 
@@ -230,9 +230,9 @@ def _wire(build: Build, node: int, pid: int) -> None:
     """A flat node's interfaces: veths into its one namespace, its switch on the host."""
     lab, plan = build.request.lab, build.plan
     switch = node_switch(lab, node)
+    build.record.add(OVS_BRIDGE, switch)
     build.host_ovs.add_bridge(switch, datapath_type=build.datapath,
                               external_ids={LAB_ID: lab}, fail_mode="standalone")
-    build.record.add(OVS_BRIDGE, switch)
     nsname = netlink.netns_path(pid)
 
     def veth(role: str, index: int) -> str:
@@ -242,24 +242,21 @@ def _wire(build: Build, node: int, pid: int) -> None:
     with netlink.route() as host:
         for index in range(plan.shape.iphys + 1):
             port, inside = veth("intra-parent", index), veth("intra-child", index)
-            netlink.add_veth(host, port, inside, offloads=build.offloads.main)
-            build.record.add(VETH, port)
+            add_veth(host, build.record, port, inside, offloads=build.offloads.main)
             netlink.move(host, inside, pid, intra_if(index))
             netlink.up(host, port)
             comp_ids = {**ids, "org.nestednet.component": topo.component_name(index)}
             build.host_ovs.add_port(switch, port, external_ids=comp_ids)
             if index == 0:
                 outer, inside = veth("control-host", 0), veth("control-child", 0)
-                netlink.add_veth(host, outer, inside, offloads=True)
-                build.record.add(VETH, outer)
+                add_veth(host, build.record, outer, inside, offloads=True)
                 netlink.move(host, inside, pid, CONTROL_IF)
                 netlink.move(host, outer, topo.control_netns(lab))
                 with netlink.route(topo.control_netns(lab)) as ctl:
                     netlink.configure(ctl, outer, master=topo.control_bridge(lab))
             else:
                 outer, inside = veth("inter-host", index), veth("inter-child", index)
-                netlink.add_veth(host, outer, inside, offloads=build.offloads.main)
-                build.record.add(VETH, outer)
+                add_veth(host, build.record, outer, inside, offloads=build.offloads.main)
                 netlink.move(host, inside, pid, inter_if(index))
                 netlink.up(host, outer)
                 build.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,

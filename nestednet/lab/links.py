@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from nestednet.adapters import openflow
-from nestednet.lab.record import LabRecord
+from nestednet.lab import lock
+from nestednet.lab.record import LABS_DIR, LabRecord
+from nestednet.lab.wiring import LAB_ID
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -28,12 +31,15 @@ class LabLinks:
     lab: str
     bridge: str
     plan: AddressPlan
+    root: Path = LABS_DIR
+    """Where the lab's record (and lock) live."""
 
     @classmethod
     def of(cls, record: LabRecord) -> LabLinks:
         meta = record.meta()
         shape = topo.Shape(meta["nodes"], meta["iphys"])
-        return cls(record.lab, meta["main_bridge"], plan_from_dict(shape, meta["plan"]))
+        return cls(record.lab, meta["main_bridge"], plan_from_dict(shape, meta["plan"]),
+                   record.path.parent)
 
     def port(self, end: topo.Endpoint) -> int:
         return self.plan.port_number(end.node, end.iphy)
@@ -59,19 +65,27 @@ class LabLinks:
 
     def add(self, a: topo.Endpoint, b: topo.Endpoint,
             before: Callable[[], None] | None = None) -> link_rules.Link:
-        """Add the link's flows; ``before`` runs once the link is allowed, before the flows
-        (shaping goes in first, so no unshaped packet crosses)."""
-        link = link_rules.check_new_link(self.links(), a, b)
-        if before is not None:
-            before()
-        openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
-                                                         self.port(b)))
+        """Check Algorithm 1's rules against the flow table and install, under the lab's
+        lock: no other process changes links between the read and the write. ``before``
+        runs once the link is allowed, before the flows (shaping goes in first, so no
+        unshaped packet crosses)."""
+        with lock.hold(self.lab, "link add", root=self.root):
+            link = link_rules.check_new_link(self.links(), a, b)
+            if before is not None:
+                before()
+            openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
+                                                             self.port(b)))
         return link
 
     def delete(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
-        link = link_rules.find_link(self.links(), a, b)
-        openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
+        with lock.hold(self.lab, "link del", root=self.root):
+            link = link_rules.find_link(self.links(), a, b)
+            openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
         return link
+
+    def clear(self) -> None:
+        """Remove every link flow (ours by cookie mark), e.g. those of a crashed run."""
+        openflow.apply(self.bridge, [f"delete cookie={COOKIE_MARK:#x}/{0xFFFF << 48:#x}"])
 
     def apply_step(self, add: list[link_rules.Link], remove: list[link_rules.Link]) -> None:
         """Remove and add many links in one atomic bundle (one ovs-ofctl run).
@@ -90,3 +104,15 @@ class LabLinks:
                 "a_address": str(self.plan.inter_address(a.node, a.iphy).ip),
                 "b_address": str(self.plan.inter_address(b.node, b.iphy).ip),
                 "cookie": f"{self.cookie(a, b):#x}"}
+
+
+def dead_nodes(client, lab: str, nodes: int) -> set[int]:
+    """Nodes whose parent container is not running (killed, stopped or gone)."""
+    running = {c.name for c in client.containers.list(filters={"label": f"{LAB_ID}={lab}"})}
+    return {k for k in range(1, nodes + 1) if topo.parent_container(lab, k) not in running}
+
+
+def broken_because(link: link_rules.Link, dead: set[int]) -> str | None:
+    """Why a link on the bridge carries nothing: an end's node is dead (its port is gone)."""
+    gone = [str(end) for end in link if end.node in dead]
+    return f"{' and '.join(gone)} on a dead node" if gone else None

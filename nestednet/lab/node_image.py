@@ -33,12 +33,14 @@ DATA_MOUNT = "/var/lib/docker"
 
 def wait_ready(state_dir: Path, container: docker.models.containers.Container,
                timeout: float = 90.0) -> str:
-    """Wait for the parent's entrypoint to publish `ready` (or `failed`)."""
+    """Wait for the parent's entrypoint to publish `ready` (or `failed`); then make the
+    inner engine's socket root's alone (see root_only)."""
     deadline = time.monotonic() + timeout
     ready, failed = state_dir / "ready", state_dir / "failed"
     delay = 0.02
     while time.monotonic() < deadline:
         if ready.exists():
+            root_only(state_dir / "docker.sock")
             return ready.read_text().strip()
         if failed.exists():
             raise EnvironmentProblem(f"node parent {container.name} failed to start: "
@@ -51,6 +53,23 @@ def wait_ready(state_dir: Path, container: docker.models.containers.Container,
                 logs = container.logs(tail=5).decode(errors="replace").strip()
                 raise EnvironmentProblem(f"node parent {container.name} exited: {logs}")
     raise EnvironmentProblem(f"node parent {container.name} not ready after {timeout:.0f} s")
+
+
+def root_only(path: Path) -> None:
+    """``path`` as root:root 0600. The inner dockerd makes its socket root:docker 0660,
+    and the image's docker group id (102) is another group on the host (messagebus):
+    its members would drive an engine inside a parent that holds nearly every capability.
+    """
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o600)
+
+
+def private_dir(path: Path) -> Path:
+    """Make ``path`` (and missing parents) and keep it root's alone (0700): lab records,
+    node state and image templates hold engine and OVSDB sockets."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
 
 
 def parent_binds(state_dir: Path, data_dir: Path) -> dict[str, dict]:
@@ -69,7 +88,7 @@ def template_for(client: docker.DockerClient, security: dict) -> Path:
         return final / "docker"
     images.require(client, images.DIND_IMAGE)
     archive = images.component_archive(client)
-    TEMPLATES_DIR.mkdir(parents=True, exist_ok=True)
+    private_dir(TEMPLATES_DIR)
     work = TEMPLATES_DIR / f".build-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     state, data = work / "state", work / "docker"
     state.mkdir(parents=True)

@@ -51,8 +51,20 @@ class Lab:
                                      hint=f"`nestednet delete --lab {self.record.lab}` and "
                                           "create the lab again") from exc
 
+    def check_alive(self, node: int) -> None:
+        """EnvironmentProblem naming a dead node (its parent stopped or killed): its inner
+        engine, OVS and veths are gone with it, so the lab must be made again."""
+        parent = self.parent(node)
+        if parent.status != "running":
+            raise EnvironmentProblem(
+                f"node {topo.node_name(node)} is dead: its parent container {parent.name} "
+                f"is {parent.status}, and its components, switch and links went with it",
+                hint=f"a node cannot be brought back in place: `nestednet delete --lab "
+                     f"{self.record.lab}` and create the lab again")
+
     @contextlib.contextmanager
     def inner(self, node: int) -> Iterator[docker.DockerClient]:
+        self.check_alive(node)
         client = docker_engine.connect(f"unix://{self.state_dir(node)}/docker.sock",
                                        timeout=30)
         try:

@@ -1,10 +1,12 @@
 """A lab's on-disk record: what it is, and every resource it created, in order.
 
-Containers are appended *before* they are created, other resources right after
-(so nothing someone else owns is ever recorded as ours); deleting a missing thing
-is a no-op and containers and bridges are removed only when they carry this lab's
-label, so `delete` and `cleanup` remove exactly what the lab made, even after a
-crash, and running them twice is harmless.
+Every resource is appended *before* it is made (write-ahead), so a crash at any
+instant leaves nothing `cleanup` cannot find. Nothing someone else owns is removed
+for it: deleting a missing thing is a no-op, containers and bridges are removed only
+when they carry this lab's label, and a veth is recorded only after its names were
+checked free (nestednet.lab.wiring.add_veth). So `delete` and `cleanup` remove
+exactly what the lab made, and running them twice is harmless. The directory and
+its parent are root's alone (0700): node state below holds engine sockets.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ class LabRecord:
 
     def claim(self) -> None:
         """Make the lab directory; refuse when the lab exists (mkdir is atomic)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.path.parent, 0o700)  # node state below holds engine sockets
         try:
-            self.path.mkdir()
+            self.path.mkdir(mode=0o700)
         except FileExistsError as exc:
             raise UsageError(f"lab {self.lab} exists already",
                              hint=f"`nestednet delete --lab {self.lab}` or pick another "

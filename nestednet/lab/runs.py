@@ -8,11 +8,15 @@ count; on an existing lab the count is the lab's own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from nestednet.errors import UsageError
 from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.model.events import Event, parse_event
 
@@ -31,6 +35,17 @@ def results_dir(lab: str, root: Path = RUNS_DIR, now: float | None = None) -> Pa
             continue
         return path
     raise FileExistsError(f"no free results directory for {lab} at {stamp} in {root}")
+
+
+def check_writable(path: Path, what: str) -> None:
+    """UsageError unless ``path`` can be appended to (its directory is made if missing),
+    so that a run does not create a lab to find out it cannot log."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot write there: {exc.strerror}") from None
 
 
 def lab_iphys(lab: str, root: Path = LABS_DIR) -> int | None:
@@ -69,3 +84,61 @@ class EventTail:
             if line.strip():
                 events.append(parse_event(json.loads(line), f"{self.path} line {self._line}"))
         return events
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """`<labs>/<lab>.run`: a run is (or was, if its pid is dead) playing on the lab.
+
+    Written before the run creates its lab or installs a link and removed when it ends,
+    so `cleanup` can undo a run killed at any instant: its links (every link flow: a
+    run refuses to start beside manual links and holds the lab's lock throughout) and,
+    for `run --rm` on a lab it created, the lab.
+    """
+
+    lab: str
+    root: Path = LABS_DIR
+
+    @property
+    def path(self) -> Path:
+        return self.root / f"{self.lab}.run"
+
+    @contextlib.contextmanager
+    def held(self, remove_lab: bool) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        data = {"pid": os.getpid(), "start": process_start(os.getpid()),
+                "creates": not LabRecord(self.lab, self.root).exists(),
+                "remove_lab": remove_lab}
+        tmp = self.path.with_suffix(".run-tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.path)
+        try:
+            yield
+        finally:
+            self.path.unlink(missing_ok=True)
+
+    def read(self) -> dict:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+
+def markers(root: Path = LABS_DIR) -> list[RunMarker]:
+    if not root.is_dir():
+        return []
+    return [RunMarker(p.stem, root) for p in sorted(root.glob("*.run"))]
+
+
+def process_start(pid: int) -> str:
+    """The process's start time in clock ticks (tells a pid from a later reuse), or ""."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def alive(pid: int, start: str) -> bool:
+    """True when ``pid`` runs and (if ``start`` is given) is the same process."""
+    now = process_start(pid)
+    return bool(now) and (not start or now == start)

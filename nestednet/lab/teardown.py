@@ -12,16 +12,19 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import docker
 import docker.errors
 
 from nestednet.adapters import docker_engine, netlink, tc
 from nestednet.adapters.ovsdb import Ovsdb
-from nestednet.lab import node_image
+from nestednet.capabilities.nodes import PROBE_LABEL, PROBE_PREFIX
+from nestednet.errors import UsageError
+from nestednet.lab import lock, node_image, runs
+from nestednet.lab.links import LabLinks
 from nestednet.lab.record import (
     CONTAINER,
+    LABS_DIR,
     NETNS,
     OVS_BRIDGE,
     TC_ROOT,
@@ -29,7 +32,9 @@ from nestednet.lab.record import (
     LabRecord,
     existing_labs,
 )
+from nestednet.lab.runs import alive as _alive
 from nestednet.lab.wiring import LAB_ID
+from nestednet.signals import deferred_sigint
 
 Report = Callable[[str], None]
 
@@ -47,7 +52,17 @@ class Removed:
 
 def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
                ovs: Ovsdb | None = None, dry_run: bool = False) -> Removed:
-    """Remove every resource in the lab's record, then the record itself."""
+    """Remove every resource in the lab's record, then the record itself (holding the
+    lab's lock; its lock file goes last)."""
+    with deferred_sigint(), lock.hold(record.lab, "delete", root=record.path.parent):
+        removed = _delete_locked(record, client, ovs, dry_run)
+        if not dry_run:
+            lock.forget(record.lab, record.path.parent)
+    return removed
+
+
+def _delete_locked(record: LabRecord, client: docker.DockerClient | None, ovs: Ovsdb | None,
+                   dry_run: bool) -> Removed:
     removed = Removed()
     resources = record.resources()
     client = client or docker_engine.connect()
@@ -105,12 +120,48 @@ def _remove_container(client: docker.DockerClient, name: str, lab: str, dry_run:
     return True
 
 
-def _alive(pid: int, start: str) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not start or stat.rsplit(")", 1)[1].split()[19] == start
+def _stale_locks(known: set[str], dry_run: bool, result: Removed) -> None:
+    """Lock files of labs without a record (a create killed before it made the record);
+    one someone holds is left alone."""
+    for path in sorted(LABS_DIR.glob("*.lock")) if LABS_DIR.is_dir() else []:
+        if path.stem in known:
+            continue
+        try:
+            with lock.hold(path.stem, "cleanup", root=LABS_DIR, wait=0):
+                if not dry_run:
+                    lock.forget(path.stem, LABS_DIR)
+            result.add(f"file {path} (lock of a lab without a record)")
+        except UsageError:
+            continue
+
+
+def _crashed_runs(client: docker.DockerClient, ovs: Ovsdb, dry_run: bool,
+                  result: Removed) -> None:
+    """Undo runs killed mid-way (their marker outlived them): links, and the lab of
+    a `run --rm` that created it."""
+    for marker in runs.markers():
+        data = marker.read()
+        if _alive(int(data.get("pid", 0)), data.get("start", "")):
+            result.kept.append(f"run on lab {marker.lab} (pid {data['pid']} still playing)")
+            continue
+        record = LabRecord(marker.lab)
+        try:
+            with lock.hold(marker.lab, "cleanup", root=record.path.parent, wait=0):
+                if data.get("creates") and data.get("remove_lab") and record.exists():
+                    sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+                    result.items.extend(f"{item} (lab {marker.lab}, run --rm killed)"
+                                        for item in sub.items)
+                elif record.meta().get("status") == "complete":
+                    links = LabLinks.of(record)
+                    found = links.links()
+                    if found and not dry_run:
+                        links.clear()
+                    result.items.extend(f"link {a} <-> {b} (lab {marker.lab}, run killed)"
+                                        for a, b in found)
+                if not dry_run:
+                    marker.path.unlink(missing_ok=True)
+        except UsageError as busy:
+            result.kept.append(f"run marker of lab {marker.lab} ({busy})")
 
 
 def cleanup(*, dry_run: bool = False) -> Removed:
@@ -123,6 +174,7 @@ def cleanup(*, dry_run: bool = False) -> Removed:
     result = Removed()
     client = docker_engine.connect()
     with Ovsdb() as ovs:
+        _crashed_runs(client, ovs, dry_run, result)
         labs = existing_labs()
         for lab in labs:
             record = LabRecord(lab)
@@ -133,23 +185,32 @@ def cleanup(*, dry_run: bool = False) -> Removed:
             if meta and _alive(int(meta.get("creator_pid", 0)), meta.get("creator_start", "")):
                 result.kept.append(f"lab {lab} (being created by pid {meta['creator_pid']})")
                 continue
-            sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+            try:
+                with lock.hold(lab, "cleanup", root=record.path.parent, wait=0):
+                    sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
+            except UsageError as busy:
+                result.kept.append(f"lab {lab} ({busy})")
+                continue
             result.items.extend(f"{item} (lab {lab}, unfinished)" for item in sub.items)
         known = set(labs)
+        _stale_locks(known, dry_run, result)
         for container in client.containers.list(all=True, filters={"label": LAB_ID}):
             if container.labels.get(LAB_ID) not in known:
                 if not dry_run:
                     with contextlib.suppress(docker.errors.NotFound):
                         container.remove(v=True, force=True)
                 result.add(f"container {container.name} (no lab record)")
-        for container in client.containers.list(
-                all=True, filters={"label": node_image.TEMPLATE_LABEL}):
-            match = re.fullmatch(r"nestednet-template-(\d+)-\w+", container.name)
-            if match and not _alive(int(match.group(1)), ""):
-                if not dry_run:
-                    with contextlib.suppress(docker.errors.NotFound):
-                        container.remove(v=True, force=True)
-                result.add(f"container {container.name} (unfinished image template)")
+        for label, pattern, what in (
+                (node_image.TEMPLATE_LABEL, r"nestednet-template-(\d+)-\w+",
+                 "unfinished image template"),
+                (PROBE_LABEL, re.escape(PROBE_PREFIX) + r"(\d+)-\w+", "privilege probe")):
+            for container in client.containers.list(all=True, filters={"label": label}):
+                match = re.fullmatch(pattern, container.name)
+                if match and not _alive(int(match.group(1)), ""):
+                    if not dry_run:
+                        with contextlib.suppress(docker.errors.NotFound):
+                            container.remove(v=True, force=True)
+                    result.add(f"container {container.name} ({what})")
         for bridge, ids in ovs.bridges().items():
             lab = ids.get(LAB_ID)
             if lab and lab not in known:

@@ -4,8 +4,9 @@ Used when a node is built and again when a restarted component comes back with a
 fresh network namespace (its old veths died with the old one). Each veth pair is
 made in the host namespace (TX offloads on or off as the switch it joins needs:
 nestednet.datapath.VethOffloads; the control link joins a Linux bridge, so on), then each end
-moves (and is renamed) into its namespace; the end that moves last is recorded, so
-a crash mid-way leaves nothing unrecorded in the host namespace.
+moves (and is renamed) into its namespace. The end that moves last is recorded
+before the pair is made (write-ahead), so a crash at any instant leaves nothing in
+the host namespace that `cleanup` cannot find; deleting it removes its peer too.
 
 Wiring also makes a component ready to route (issue 17): the GNAB's loopback gets
 the node address, and the kernel settings a router needs are written from here,
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.datapath import VethOffloads
+from nestednet.errors import EnvironmentProblem
 from nestednet.lab.record import VETH, LabRecord
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan
@@ -71,6 +73,17 @@ def component_sysctls(component: int) -> dict[str, str]:
     return settings
 
 
+def add_veth(host: netlink.IPRoute, record: LabRecord, name: str, peer: str, *,
+             offloads: bool) -> None:
+    """Record ``name``, then make the pair: refused (nothing recorded) when either name
+    is taken, so a record never names an interface someone else made."""
+    for taken in (n for n in (name, peer) if netlink.exists(host, n)):
+        raise EnvironmentProblem(f"cannot create veth {name}/{peer}: {taken} exists already",
+                                 hint="`nestednet cleanup` removes leftovers of crashed labs")
+    record.add(VETH, name)
+    netlink.add_veth(host, name, peer, offloads=offloads)
+
+
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     """Connect component ``component`` (0 = GNAB) whose host pid is ``child_pid``."""
     lab, node = h.lab, h.node
@@ -80,21 +93,18 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
 
     intra_parent, intra_child = name("intra-parent"), name("intra-child")
     with netlink.route() as host:
-        netlink.add_veth(host, intra_parent, intra_child, offloads=h.offloads.nodes)
-        h.record.add(VETH, intra_parent)
+        add_veth(host, h.record, intra_parent, intra_child, offloads=h.offloads.nodes)
         netlink.move(host, intra_child, child_pid, topo.CHILD_INTRA_IF)
         netlink.move(host, intra_parent, h.parent_pid)
         if component == 0:
             outer, outer_child = name("control-host"), name("control-child")
-            netlink.add_veth(host, outer, outer_child, offloads=True)
-            h.record.add(VETH, outer)
+            add_veth(host, h.record, outer, outer_child, offloads=True)
             netlink.move(host, outer_child, child_pid, topo.CHILD_CONTROL_IF)
             netlink.move(host, outer, topo.control_netns(lab))
             outer_address = h.plan.control_address(node)
         else:
             outer, outer_child = name("inter-host"), name("inter-child")
-            netlink.add_veth(host, outer, outer_child, offloads=h.offloads.main)
-            h.record.add(VETH, outer)
+            add_veth(host, h.record, outer, outer_child, offloads=h.offloads.main)
             netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
             netlink.up(host, outer)
             outer_address = h.plan.inter_address(node, component)

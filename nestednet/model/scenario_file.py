@@ -15,6 +15,7 @@ from typing import Any
 
 from nestednet.errors import UsageError
 from nestednet.model import link_models
+from nestednet.model.limits import check_file_size, check_scenario_size
 from nestednet.model.scenario import (
     DEFAULT_IPHYS,
     LENGTH_UNITS,
@@ -38,6 +39,7 @@ def read_json(path: str | Path) -> Any:
     """Decode a JSON file; UsageError (exit 2) for a missing, unreadable or malformed file."""
     p = Path(path)
     try:
+        check_file_size(p.stat().st_size, str(p))
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{p}: no such file") from None
@@ -58,10 +60,13 @@ def decode_json(text: str, source: str) -> Any:
                          f"{exc.msg}") from None
     except RecursionError:
         raise UsageError(f"{source}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise UsageError(f"{source}: not usable JSON: {str(exc).split(';')[0]}") from None
 
 
 def parse_scenario(doc: Any, source: str, *, nestednet_iphys: int = DEFAULT_IPHYS) -> Scenario:
     """Recognise the format of a decoded document and parse it."""
+    check_scenario_size(doc, source)
     if is_nestednet(doc):
         return parse_nestednet(doc, source, iphys=nestednet_iphys)
     if is_native(doc):

@@ -27,11 +27,15 @@ MAX_DELAY_US = 3_600_000_000
 """One hour: netem takes more, but a larger delay is a typo, not an experiment."""
 
 
+MAX_MAGNITUDE = Decimal(10) ** 15
+"""Beyond every limit below in any unit; larger numbers are refused before scaling."""
+
+
 def _split(text: str) -> tuple[Decimal, str]:
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f"expected a string such as '10Mbit', got {type(text).__name__}")
     if isinstance(text, int | float):
-        return Decimal(str(text)), ""
+        return _bounded(Decimal(str(text)), text), ""
     match = _NUMBER.match(text)
     if not match:
         raise ValueError(f"not a number with a unit: {text!r}")
@@ -39,7 +43,15 @@ def _split(text: str) -> tuple[Decimal, str]:
         value = Decimal(match.group(1))
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
         raise ValueError(f"not a number: {text!r}") from exc
-    return value, match.group(2)
+    return _bounded(value, text), match.group(2)
+
+
+def _bounded(value: Decimal, text: object) -> Decimal:
+    """Refuse nan, infinities and magnitudes no unit makes sensible (1e999999 would be
+    turned into an integer of a million digits)."""
+    if not value.is_finite() or abs(value) > MAX_MAGNITUDE:
+        raise ValueError(f"not a usable number: {text!r}")
+    return value
 
 
 def parse_rate(text: str | int) -> int:

@@ -1,0 +1,100 @@
+"""How big a scenario may be, checked before anything else reads the file.
+
+Validating a scenario costs time in proportion to its size (the JSON Schema pass
+dominates: about 0.2 ms per step here), so a file far beyond what a lab can play is
+refused by counting first, in one cheap pass, and never validated item by item.
+`visibility check` and `run` load scenarios through the same code, so they accept
+and refuse the same files, in the same words. scenarios/README.md lists these limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nestednet.errors import UsageError
+from nestednet.model.topology import MAX_NODES
+
+MAX_FILE_BYTES = 32 * 1024 * 1024
+"""A scenario file's size: decoding alone takes seconds beyond it."""
+MAX_STEPS = 10_000
+"""Time steps per scenario (native `steps`, or distinct `Time` values)."""
+MAX_ENTRIES = 200_000
+"""NestedNet format: `MobileNodeDef` entries (one per node per time step)."""
+MAX_DURATION_S = 10_000_000.0
+"""Scenario seconds (about 116 days)."""
+MAX_NODE_ID = 2**31 - 1
+"""Largest node id (`id`, `nodeID`): ids travel in the CA protocol as 32-bit numbers."""
+
+_HINT = "scenarios/README.md (Limits) gives every limit"
+
+
+def check_scenario_size(doc: Any, source: str) -> None:
+    """UsageError for the first limit a decoded scenario document exceeds (any format);
+    documents of unknown shape are left to the format checks."""
+    if not isinstance(doc, dict):
+        return
+    root = doc.get("MobilecomScnDef")
+    if isinstance(root, dict):
+        _check_nestednet(root, source)
+    else:
+        _check_native(doc, source)
+
+
+def _too_many(source: str, where: str, count: int, what: str, limit: int) -> UsageError:
+    return UsageError(f"{source}: {where}: {count} {what}, more than the limit of {limit}",
+                      hint=_HINT)
+
+
+def _check_number(source: str, where: str, value: Any, limit: float, what: str) -> None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit:
+        raise UsageError(f"{source}: {where}: {what} {_number(value)} is above the limit "
+                         f"of {_number(limit)}", hint=_HINT)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e12 else f"{value:g}"
+
+
+def check_file_size(size: int, source: str) -> None:
+    if size > MAX_FILE_BYTES:
+        raise UsageError(f"{source}: {size} bytes, more than the limit of {MAX_FILE_BYTES} "
+                         "for a scenario file", hint=_HINT)
+
+
+def _check_native(doc: dict, source: str) -> None:
+    _check_number(source, "duration", doc.get("duration"), MAX_DURATION_S, "duration (s)")
+    nodes, steps = doc.get("nodes"), doc.get("steps")
+    if isinstance(nodes, list):
+        if len(nodes) > MAX_NODES:
+            raise _too_many(source, "nodes", len(nodes), "nodes", MAX_NODES)
+        for i, node in enumerate(nodes):
+            if isinstance(node, dict):
+                _check_number(source, f"nodes[{i}].id", node.get("id"), MAX_NODE_ID, "id")
+    if isinstance(steps, list) and len(steps) > MAX_STEPS:
+        raise _too_many(source, "steps", len(steps), "steps", MAX_STEPS)
+
+
+def _check_nestednet(root: dict, source: str) -> None:
+    where = "MobilecomScnDef"
+    _check_number(source, f"{where}.simDuration", root.get("simDuration"), MAX_DURATION_S,
+                  "simDuration (s)")
+    entries = root.get("MobileNodeDef")
+    if not isinstance(entries, list):
+        return
+    where += ".MobileNodeDef"
+    if len(entries) > MAX_ENTRIES:
+        raise _too_many(source, where, len(entries), "entries", MAX_ENTRIES)
+    names, times = set(), set()
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        _check_number(source, f"{where}[{k}].nodeID", entry.get("nodeID"), MAX_NODE_ID,
+                      "nodeID")
+        if isinstance(entry.get("nodeName"), str):
+            names.add(entry["nodeName"])
+        if isinstance(entry.get("Time"), (int, float)):
+            times.add(entry["Time"])
+    if len(names) > MAX_NODES:
+        raise _too_many(source, where, len(names), "distinct nodes", MAX_NODES)
+    if len(times) > MAX_STEPS:
+        raise _too_many(source, where, len(times), "distinct Times (steps)", MAX_STEPS)
