@@ -97,6 +97,7 @@ def spoiled(draw: st.DrawFn, fmt: str) -> bytes:
         elif how == "blow up":
             old = _get(doc, path)
             doc = _replace(doc, path, [old] * draw(st.sampled_from([0, 2, 100, 2000])))
+            break  # a blow-up of a blow-up would need gigabytes
         else:
             doc = _replace(doc, path, draw(HOSTILE))
     text = json.dumps(doc, allow_nan=True).encode()
