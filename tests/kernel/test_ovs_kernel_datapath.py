@@ -125,7 +125,8 @@ def switches(tmp_path: Path) -> Iterator[Switches]:
                            timeout=120, check=True)
         _wait_for(run / "ovs-vswitchd.pid")
         stand_in = Switches(tag, parent, hosts, str(sock), run)
-        ovs.add_bridge(host_bridge, datapath_type="system", external_ids={})
+        ovs.add_bridge(host_bridge, datapath_type="system", external_ids={},
+                       fail_mode="standalone")
         stand_in.inner_vsctl("add-br", inner_bridge, "--", "set", "bridge", inner_bridge,
                              "datapath_type=system")
         for role in ("h1", "h2"):
@@ -162,9 +163,9 @@ def test_host_and_inner_switch_each_keep_their_own_kernel_datapath(switches: Swi
 
 def test_stopping_the_inner_switch_leaves_the_host_datapath(switches: Switches):
     before = dp_ports(None)
-    netns_exec.run(switches.parent, ["ovs-appctl", "-t",
-                                     str(switches.inner_run / "ovs-vswitchd.ctl"), "exit",
-                                     "--cleanup"], timeout=60, check=True)
+    netns_exec.run(switches.parent, ["env", f"OVS_RUNDIR={switches.inner_run}", "ovs-appctl",
+                                     "-t", "ovs-vswitchd", "exit", "--cleanup"],
+                   timeout=60, check=True)
     assert dp_ports(None) == before
     assert switches.ping("h1", ADDR["h2"])
     assert not switches.ping("p1", ADDR["p2"]), "inner datapath outlived its vswitchd --cleanup"
