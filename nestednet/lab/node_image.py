@@ -32,9 +32,13 @@ DATA_MOUNT = "/var/lib/docker"
 
 
 def wait_ready(state_dir: Path, container: docker.models.containers.Container,
-               timeout: float = 90.0) -> str:
+               timeout: float = 300.0) -> str:
     """Wait for the parent's entrypoint to publish `ready` (or `failed`); then make the
-    inner engine's socket root's alone (see root_only)."""
+    inner engine's socket root's alone (see root_only).
+
+    Generous: a failed start-up or an exited parent is reported at once, and the
+    entrypoint itself gives its dockerd 240 s (the emulated VM on a busy machine needs
+    minutes)."""
     deadline = time.monotonic() + timeout
     ready, failed = state_dir / "ready", state_dir / "failed"
     delay = 0.02

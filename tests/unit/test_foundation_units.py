@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from click.testing import CliRunner
 
 from linkemu.cli import main as linkemu_main
 from nestednet import images
+from nestednet.capabilities import shaping
 from nestednet.capabilities.check import Check
 from nestednet.capabilities.report import ready_for_create
 from nestednet.capabilities.vm import _version_key
@@ -31,6 +33,17 @@ def test_ready_for_create_ignores_optional_checks():
     assert ready_for_create(checks)
     checks.append(Check("ovs", False, "down", needed_for_create=True))
     assert not ready_for_create(checks)
+
+
+def test_router_check_reports_a_slow_import_instead_of_crashing(monkeypatch):
+    """Seen in the emulated VM: importing os-ken took over a minute and doctor died with
+    a traceback. A timeout is a line of the report, not needed for create."""
+    def too_slow(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
+    monkeypatch.setattr(shaping.subprocess, "run", too_slow)
+    check = shaping.router_check()
+    assert not check.ok and not check.needed_for_create
+    assert "not confirmed" in check.detail and "60 s" in check.detail
 
 
 def test_inputs_hash_follows_content(tmp_path: Path):
