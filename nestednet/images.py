@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,8 +29,23 @@ from nestednet.errors import EnvironmentProblem, UsageError
 
 STOCK_BASE = "debian:bookworm-slim"
 BOOTSTRAP_BASE = "nestednet/base:bookworm"
-COMPONENT_IMAGE = "nestednet/component:latest"
-DIND_IMAGE = "nestednet/dind:latest"
+TAG_VARIABLE = "NESTEDNET_IMAGE_TAG"
+
+
+def _checkout_tag() -> str:
+    """The tag this checkout builds and runs: ``latest`` unless $NESTEDNET_IMAGE_TAG says
+    otherwise, so two checkouts on one host (a developer's branches, a CI clone) never
+    overwrite each other's images."""
+    tag = os.environ.get(TAG_VARIABLE, "latest")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag):
+        raise UsageError(f"${TAG_VARIABLE}={tag!r} is not a Docker tag "
+                         "(letters, digits, _ . -, at most 128, not starting with . or -)")
+    return tag
+
+
+IMAGE_TAG = _checkout_tag()
+COMPONENT_IMAGE = f"nestednet/component:{IMAGE_TAG}"
+DIND_IMAGE = f"nestednet/dind:{IMAGE_TAG}"
 INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
 CACHE_DIR = Path("/var/lib/nestednet/images")
 
@@ -210,7 +226,7 @@ def component_archive(client: docker.DockerClient) -> Path:
     Every node's inner engine loads this file; keeping one copy per image id means
     a rebuilt image is never confused with an old archive.
     """
-    return image_archive(client, COMPONENT_IMAGE, "component")
+    return image_archive(client, COMPONENT_IMAGE, f"component-{IMAGE_TAG}")
 
 
 def image_archive(client: docker.DockerClient, ref: str, kind: str = "user") -> Path:
@@ -225,8 +241,8 @@ def image_archive(client: docker.DockerClient, ref: str, kind: str = "user") -> 
             for chunk in image.save(named=ref if ref in image.tags else False):
                 out.write(chunk)
         tmp.rename(path)
-        if kind == "component":
-            for old in CACHE_DIR.glob("component-*.tar"):
+        if kind.startswith("component-"):
+            for old in CACHE_DIR.glob(f"{kind}-*.tar"):
                 if old != path:
                     old.unlink(missing_ok=True)
     return path

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from nestednet import images
 from nestednet.adapters import netns_exec
 
 LAB = "t2"
@@ -252,7 +253,6 @@ def test_bad_create_input_exits_2_and_leaves_nothing(lab, args):
 
 @pytest.mark.system
 def test_missing_image_is_a_clear_error(monkeypatch):
-    from nestednet import images
     from nestednet.errors import EnvironmentProblem
     from nestednet.lab import create
 
@@ -267,7 +267,7 @@ def foreign():
     """A container and an OVS bridge someone else made before the test."""
     name = f"tforeign{uuid.uuid4().hex[:6]}"
     subprocess.run(["docker", "run", "-d", "--name", name, "--network", "none",
-                    "nestednet/component:latest"], check=True, capture_output=True)
+                    images.COMPONENT_IMAGE], check=True, capture_output=True)
     subprocess.run(["ovs-vsctl", "add-br", name[:15], "--", "set", "bridge", name[:15],
                     "datapath_type=netdev"], check=True)
     yield name
@@ -364,10 +364,10 @@ def test_cleanup_finds_orphans_by_label_and_name_only():
 
     orphan, lookalike = "t7-n1", f"t7x{uuid.uuid4().hex[:6]}"
     subprocess.run(["docker", "run", "-d", "--name", orphan, "--network", "none",
-                    "--label", "org.nestednet.lab=t7", "nestednet/component:latest"],
+                    "--label", "org.nestednet.lab=t7", images.COMPONENT_IMAGE],
                    check=True, capture_output=True)
     subprocess.run(["docker", "run", "-d", "--name", lookalike, "--network", "none",
-                    "nestednet/component:latest"], check=True, capture_output=True)
+                    images.COMPONENT_IMAGE], check=True, capture_output=True)
     subprocess.run(["ovs-vsctl", "add-br", "t7-main", "--", "set", "bridge", "t7-main",
                     "datapath_type=netdev", "external_ids:org.nestednet.lab=t7"], check=True)
     subprocess.run(["ovs-vsctl", "add-br", "t7-other", "--", "set", "bridge", "t7-other",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from nestednet import images
 from nestednet.ca.session import CaSession
 from nestednet.lab.nodes import Lab
 from nestednet.lab.route_watch import RouteWatch
@@ -180,7 +181,7 @@ def direct_lab(tmp_path_factory):
     context = tmp_path_factory.mktemp("user-image")
     (context / "extra.txt").write_text("made by the user\n")
     (context / "Dockerfile").write_text(
-        "FROM nestednet/component:latest\nCOPY extra.txt /opt/user-extra.txt\n")
+        f"FROM {images.COMPONENT_IMAGE}\nCOPY extra.txt /opt/user-extra.txt\n")
     built = subprocess.run(["docker", "build", "-q", "-t", USER_IMAGE, str(context)],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
