@@ -14,9 +14,8 @@ from pathlib import Path
 
 import host_state
 import pytest
+from labs import forget
 
-from nestednet.lab.record import LabRecord
-from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 
 pytestmark = pytest.mark.system
@@ -31,8 +30,7 @@ def nn(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("design", ["nested", "flat"])
 def test_a_killed_node_is_reported_with_its_broken_link_and_delete_leaves_nothing(design):
     lab = f"tdead{design[0]}"
-    if LabRecord(lab).exists():
-        delete_lab(LabRecord(lab))
+    forget(lab)
     before = host_state.snapshot()
     made = nn("create", "--lab", lab, "-n", "2", "-m", "2", "--memory", "64",
               *(["--flat"] if design == "flat" else []))

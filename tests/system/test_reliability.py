@@ -21,12 +21,12 @@ from pathlib import Path
 
 import host_state
 import pytest
+from labs import forget
 
 from nestednet import images
 from nestednet.lab import lock
 from nestednet.lab.links import LabLinks
 from nestednet.lab.record import LabRecord
-from nestednet.lab.teardown import delete_lab
 
 pytestmark = pytest.mark.system
 
@@ -48,22 +48,17 @@ def nn(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def _forget(lab: str) -> None:
-    if LabRecord(lab).exists():
-        delete_lab(LabRecord(lab))
-
-
 # --- one writer per lab ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def race_lab():
-    _forget(RACE_LAB)
+    forget(RACE_LAB)
     done = nn("create", "--lab", RACE_LAB, "-n", "2", "-m", "2", "--memory", "64")
     assert done.returncode == 0, done.stderr
     try:
         yield LabLinks.of(LabRecord(RACE_LAB))
     finally:
-        _forget(RACE_LAB)
+        forget(RACE_LAB)
 
 
 def test_concurrent_link_adds_never_give_a_pair_two_links(race_lab):
@@ -144,7 +139,7 @@ def _crash_points(duration: float, count: int, rng: random.Random) -> list[float
 
 @pytest.mark.parametrize("command", ["create", "run"])
 def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, tmp_path):
-    _forget(CRASH_LAB)
+    forget(CRASH_LAB)
     scenario = tmp_path / "two.json"
     scenario.write_text(json.dumps(TWO_NODES))
     cmd = {"create": [CLI, "create", "--lab", CRASH_LAB, "-n", "2", "-m", "2"],
@@ -155,7 +150,7 @@ def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, 
     full = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     duration = time.monotonic() - started
     assert full.returncode == 0, full.stderr
-    _forget(CRASH_LAB)
+    forget(CRASH_LAB)
     rng = random.Random(SEED)
     residue, log, kills = [], [], 0
     points = _crash_points(duration, CRASH_POINTS, rng)
@@ -179,7 +174,7 @@ def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, 
 
 @pytest.mark.parametrize("terminal", [False, True])
 def test_ctrl_c_during_create_rolls_back_and_exits_130(terminal):
-    _forget(CRASH_LAB)
+    forget(CRASH_LAB)
     before = host_state.snapshot()
     create = [CLI, "create", "--lab", CRASH_LAB, "-n", "2", "-m", "2"]
     if terminal:
