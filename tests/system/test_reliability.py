@@ -121,12 +121,21 @@ def _killed_at(cmd: list[str], delay: float) -> tuple[float | None, str]:
         return None, f"SIGKILL at {delay:.2f} s"
 
 
-def _cleanup_leaves(before: set[str], what: str) -> dict:
+def _cleanup_leaves(before: set[str], what: str) -> tuple[dict, bool]:
+    """`cleanup`, then what differs from ``before``; and whether the lab was complete.
+
+    A kill after `create` wrote its record as complete leaves a whole lab, which cleanup
+    rightly keeps: then `delete` must leave nothing instead.
+    """
     time.sleep(0.5)  # a Docker request the killed process sent may still be finishing
     done = nn("cleanup")
     assert done.returncode == 0, done.stderr
+    complete = LabRecord(CRASH_LAB).meta().get("status") == "complete"
+    if complete:
+        gone = nn("delete", "--lab", CRASH_LAB)
+        assert gone.returncode == 0, gone.stderr
     diff = host_state.difference(before, host_state.snapshot())
-    return {"what": what, **diff} if diff["left"] or diff["gone"] else {}
+    return ({"what": what, **diff} if diff["left"] or diff["gone"] else {}), complete
 
 
 def _crash_points(duration: float, count: int, rng: random.Random) -> list[float]:
@@ -157,8 +166,9 @@ def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, 
     while points and len(log) < 2 * CRASH_POINTS:
         ran, what = _killed_at(cmd, points.pop(0))
         kills += ran is None
-        log.append(what)
-        if left := _cleanup_leaves(before, f"{command}: {what}"):
+        left, complete = _cleanup_leaves(before, f"{command}: {what}")
+        log.append(what + (" (the lab was complete: deleted)" if complete else ""))
+        if left:
             residue.append(left)
         if ran is not None:  # it finished first (the timed run was slower): draw within this run
             kept = [p for p in points if p < 0.95 * ran]
