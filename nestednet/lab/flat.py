@@ -201,9 +201,8 @@ class FlatDesign(NodeDesign):
         index = lab.shape.check_component(component)
         if not command:
             raise UsageError("no command given: nestednet exec NODE COMPONENT -- CMD...")
+        lab.check_alive(number)
         container = _container(lab, number)
-        if container.status != "running":
-            raise UsageError(f"{node} is not running (it is {container.status})")
         env = component_env(plan_from_dict(lab.shape, lab.meta["plan"]), lab.record.lab,
                             number, index)
         api = lab.client.api

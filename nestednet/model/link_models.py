@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from nestednet.model.line_of_sight import Position
@@ -253,7 +253,9 @@ class FreeSpace(LinkModel):
 
 @register
 @dataclass(frozen=True)
-class Laser(LinkModel):
+class Laser(Propagation):
+    """A propagation link with a range: beyond ``range_m`` there is no link at all."""
+
     NAME: ClassVar[str] = "laser"
     SUMMARY: ClassVar[str] = ("Inter-satellite optical link: fixed rate up to range_m, delay "
                               "from distance, no link beyond.")
@@ -264,22 +266,17 @@ class Laser(LinkModel):
               "satellites at 550 km that clears the atmosphere)", 5e6),
         SPEED, JITTER, LOSS,
     )
-    base: LinkProperties
-    range_m: float
-    speed_m_per_s: float = SPEED_OF_LIGHT_M_PER_S
-    params: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    range_m: float = 5e6
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Laser:
-        values = _with_defaults(cls, params)
-        base = _with_jitter_as_delay(values)
-        return cls(base, float(values["range_m"]),
-                   float(values["speed_m_per_s"]), dict(params))
+        model = super().from_params(params)
+        return replace(model, range_m=float(_with_defaults(cls, params)["range_m"]))
 
     def properties(self, a: Position, b: Position) -> LinkProperties | None:
         if math.dist(a, b) > self.range_m:
             return None
-        return _delayed(self.base, propagation_delay_s(a, b, self.speed_m_per_s))
+        return super().properties(a, b)
 
 
 def propagation_delay_s(a: Position, b: Position,

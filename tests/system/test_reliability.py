@@ -21,12 +21,12 @@ from pathlib import Path
 
 import host_state
 import pytest
+from labs import forget
 
 from nestednet import images
 from nestednet.lab import lock
 from nestednet.lab.links import LabLinks
 from nestednet.lab.record import LabRecord
-from nestednet.lab.teardown import delete_lab
 
 pytestmark = pytest.mark.system
 
@@ -48,22 +48,17 @@ def nn(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def _forget(lab: str) -> None:
-    if LabRecord(lab).exists():
-        delete_lab(LabRecord(lab))
-
-
 # --- one writer per lab ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def race_lab():
-    _forget(RACE_LAB)
+    forget(RACE_LAB)
     done = nn("create", "--lab", RACE_LAB, "-n", "2", "-m", "2", "--memory", "64")
     assert done.returncode == 0, done.stderr
     try:
         yield LabLinks.of(LabRecord(RACE_LAB))
     finally:
-        _forget(RACE_LAB)
+        forget(RACE_LAB)
 
 
 def test_concurrent_link_adds_never_give_a_pair_two_links(race_lab):
@@ -110,34 +105,50 @@ def test_a_run_refuses_a_lab_with_manual_links(race_lab, tmp_path):
 
 # --- crashes at any instant -------------------------------------------------------------
 
-def _killed_at(cmd: list[str], delay: float) -> str:
+def _killed_at(cmd: list[str], delay: float) -> tuple[float | None, str]:
+    """Run ``cmd`` and SIGKILL it ``delay`` seconds in: (None if killed, else how long it
+    ran; what happened)."""
+    started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         proc.wait(timeout=delay)
-        return f"ended by itself (exit {proc.returncode}) before {delay:.2f} s"
+        ran = time.monotonic() - started
+        return ran, (f"ended by itself (exit {proc.returncode}) after {ran:.2f} s, "
+                     f"before {delay:.2f} s")
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        return f"SIGKILL at {delay:.2f} s"
+        return None, f"SIGKILL at {delay:.2f} s"
 
 
-def _cleanup_leaves(before: set[str], what: str) -> dict:
+def _cleanup_leaves(before: set[str], what: str) -> tuple[dict, bool]:
+    """`cleanup`, then what differs from ``before``; and whether the lab was complete.
+
+    A kill after `create` wrote its record as complete leaves a whole lab, which cleanup
+    rightly keeps: then `delete` must leave nothing instead.
+    """
     time.sleep(0.5)  # a Docker request the killed process sent may still be finishing
     done = nn("cleanup")
     assert done.returncode == 0, done.stderr
+    complete = LabRecord(CRASH_LAB).meta().get("status") == "complete"
+    if complete:
+        gone = nn("delete", "--lab", CRASH_LAB)
+        assert gone.returncode == 0, gone.stderr
     diff = host_state.difference(before, host_state.snapshot())
-    return {"what": what, **diff} if diff["left"] or diff["gone"] else {}
+    return ({"what": what, **diff} if diff["left"] or diff["gone"] else {}), complete
 
 
 def _crash_points(duration: float, count: int, rng: random.Random) -> list[float]:
+    """Kill points over the command's span. The last 5 % is left out: a repeat may finish a
+    little sooner than the timed run, and a command that ended by itself proves nothing."""
     if count <= 3:  # make test: spread evenly, early, middle, late
         return [duration * (k + 0.5) / count for k in range(count)]
-    return sorted(rng.uniform(0.05, duration) for _ in range(count))
+    return sorted(rng.uniform(0.05, 0.95 * duration) for _ in range(count))
 
 
 @pytest.mark.parametrize("command", ["create", "run"])
 def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, tmp_path):
-    _forget(CRASH_LAB)
+    forget(CRASH_LAB)
     scenario = tmp_path / "two.json"
     scenario.write_text(json.dumps(TWO_NODES))
     cmd = {"create": [CLI, "create", "--lab", CRASH_LAB, "-n", "2", "-m", "2"],
@@ -148,24 +159,32 @@ def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, 
     full = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     duration = time.monotonic() - started
     assert full.returncode == 0, full.stderr
-    _forget(CRASH_LAB)
+    forget(CRASH_LAB)
     rng = random.Random(SEED)
-    residue, log = [], []
-    for delay in _crash_points(duration, CRASH_POINTS, rng):
-        what = _killed_at(cmd, delay)
-        log.append(what)
-        if left := _cleanup_leaves(before, f"{command}: {what}"):
+    residue, log, kills = [], [], 0
+    points = _crash_points(duration, CRASH_POINTS, rng)
+    while points and len(log) < 2 * CRASH_POINTS:
+        ran, what = _killed_at(cmd, points.pop(0))
+        kills += ran is None
+        left, complete = _cleanup_leaves(before, f"{command}: {what}")
+        log.append(what + (" (the lab was complete: deleted)" if complete else ""))
+        if left:
             residue.append(left)
-    print(f"crash {command}: seed {SEED}, full run {duration:.1f} s, {len(log)} points, "
-          f"{len(residue)} with residue: {log}")
+        if ran is not None:  # it finished first (the timed run was slower): draw within this run
+            kept = [p for p in points if p < 0.95 * ran]
+            fresh = [rng.uniform(0.05, 0.95 * ran) for _ in range(CRASH_POINTS - kills - len(kept))]
+            points = sorted(kept + fresh)
+    print(f"crash {command}: seed {SEED}, full run {duration:.1f} s, {kills} SIGKILLs in "
+          f"{len(log)} tries, {len(residue)} with residue: {log}")
     assert residue == []
+    assert kills == CRASH_POINTS, f"only {kills} of {CRASH_POINTS} tries were killed: {log}"
 
 
 # --- Ctrl-C ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("terminal", [False, True])
 def test_ctrl_c_during_create_rolls_back_and_exits_130(terminal):
-    _forget(CRASH_LAB)
+    forget(CRASH_LAB)
     before = host_state.snapshot()
     create = [CLI, "create", "--lab", CRASH_LAB, "-n", "2", "-m", "2"]
     if terminal:

@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from labs import module_lab
 
 from nestednet.ca.session import CaSession
 from nestednet.lab.components import exec_in
-from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.nodes import Lab
-from nestednet.lab.record import LabRecord
-from nestednet.lab.teardown import delete_lab
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario_file import load_scenario
 
@@ -30,14 +28,8 @@ LAB = "tca"
 
 @pytest.fixture(scope="module")
 def lab():
-    record = LabRecord(LAB)
-    if record.exists():
-        delete_lab(record)
-    create(CreateRequest(lab=LAB, nodes=4, iphys=2))
-    try:
+    with module_lab(LAB, nodes=4, iphys=2):
         yield Lab.open(LAB)
-    finally:
-        delete_lab(LabRecord(LAB))
 
 
 def _wait(cond, what: str, timeout: float = 30.0) -> None:

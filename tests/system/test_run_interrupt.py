@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from labs import module_lab
 
-from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.record import LabRecord
-from nestednet.lab.teardown import delete_lab
 from nestednet.model import events as ev
 
 pytestmark = pytest.mark.system
@@ -34,14 +33,8 @@ SMALL = ROOT / "scenarios" / "small-4x2.json"
 
 @pytest.fixture(scope="module")
 def lab():
-    record = LabRecord(LAB)
-    if record.exists():
-        delete_lab(record)
-    create(CreateRequest(lab=LAB, nodes=4, iphys=2))
-    try:
+    with module_lab(LAB, nodes=4, iphys=2) as record:
         yield record
-    finally:
-        delete_lab(LabRecord(LAB))
 
 
 def _wait_for_link_up(events: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
