@@ -150,6 +150,7 @@ class Held:
     msg: dict
     deadline: float
     arrived: float
+    arrived_wall: float
 
 
 class CommunicationAssistant:
@@ -201,7 +202,7 @@ class CommunicationAssistant:
                      node)
 
     def on_messages(self, batch: list[tuple[int, dict]]) -> None:
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         for conn, msg in batch:
             kind = msg["type"]
             if kind == p.HELLO:
@@ -210,7 +211,7 @@ class CommunicationAssistant:
                 mirror = self.mirrors.get(msg["src_node"])
                 if mirror is not None and self.sessions.by_conn.get(conn) == msg["src_node"]:
                     mirror.arrived(msg["req_id"], msg["dst_node"], msg["src_iphy"])
-                self._held.append(Held(conn, msg, now + HOLD_S, now))
+                self._held.append(Held(conn, msg, now + HOLD_S, now, wall))
             else:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
         self._decide_held()
@@ -234,7 +235,8 @@ class CommunicationAssistant:
         def decide(held: Held) -> None:
             self._held.remove(held)
             waited = time.monotonic() - held.arrived
-            decided = self._decide(held.conn, held.msg, waited if waited >= 0.001 else None)
+            decided = self._decide(held.conn, held.msg, waited if waited >= 0.001 else None,
+                                   held.arrived_wall)
             if decided is not None:
                 accepted.append(decided)
 
@@ -360,9 +362,10 @@ class CommunicationAssistant:
         for peer, full in news.items():
             self._to_node(peer, p.FULL, peers=full)
 
-    def _decide(self, conn: int, msg: dict,
-                waited: float | None = None) -> tuple[int, dict, LinkEnds] | None:
-        """Algorithm 1 on one request; ``waited``: seconds it was held (for the events)."""
+    def _decide(self, conn: int, msg: dict, waited: float | None = None,
+                received: float | None = None) -> tuple[int, dict, LinkEnds] | None:
+        """Algorithm 1 on one request; ``waited``: seconds it was held, ``received``: when
+        it was read (Unix seconds); both only for the events."""
         src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
         if self.sessions.by_conn.get(conn) != src:
             self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
@@ -376,7 +379,8 @@ class CommunicationAssistant:
                     **{key: msg[field] for key, field in (("agent_step", "step"),
                                                          ("sent_wall", "sent"))
                        if field in msg},
-                    **({"held_ms": round(waited * 1000, 3)} if waited is not None else {}))
+                    **({"held_ms": round(waited * 1000, 3)} if waited is not None else {}),
+                    **({"received_wall": round(received, 6)} if received is not None else {}))
         mirror = self.mirrors.get(dst)
         claims = {own: peer for iphy, peer in (mirror.asking() if mirror else {}).items()
                   if (own := iphy_number(iphy)) is not None}
@@ -398,7 +402,9 @@ class CommunicationAssistant:
         try:
             if self.shaping is not None:
                 applied = self.shaping.up(ends)
+            started = time.monotonic()
             self.installer.install(ends)
+            flows_ms, flows_wall = (time.monotonic() - started) * 1000, time.time()
         except Exception as exc:
             if self.shaping is not None:
                 self.shaping.down(ends)
@@ -424,7 +430,8 @@ class CommunicationAssistant:
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
             shaped = {"properties": applied[link]} if link in applied else {}
             self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
-                        latency_ms=round((now - since) * 1000, 3), **shaped)
+                        latency_ms=round((now - since) * 1000, 3), flows_ms=round(flows_ms, 3),
+                        flows_wall=round(flows_wall, 6), batch=len(accepted), **shaped)
         self._announce_full(node for link in ends for node in (link.a, link.b))
 
     # --- scenario steps (posted to the server thread by the player) --------------------

@@ -23,7 +23,14 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
 from nestednet.ca.session import describe_negotiation, prompt_thread_switches
-from nestednet.model.events import Event, negotiation_summary, percentile, read_events
+from nestednet.model.events import (
+    LATENCY_PHASES,
+    Event,
+    latency_phases,
+    negotiation_summary,
+    percentile,
+    read_events,
+)
 from nestednet.model.link_table import InterNodeLinks
 
 pytestmark = pytest.mark.unit
@@ -588,10 +595,16 @@ def test_requests_record_the_agents_step_and_send_time():
     ca, _, _ = _ca({"a": [1], "b": [1]})
     ca.apply_step(0, 0.0, [("a", "b")])
     ca.apply_step(1, 1.0, [("a", "b")])
+    before = time.time()
     ca.on_messages([_req(1, "a", "b", 1, step=0, sent=1234.5)])
     request = next(e for e in ca.events.records if e.event == "link_request")
+    received = request.extra.pop("received_wall")
+    assert before <= received <= request.wall_time
     assert request.step == 1 and request.extra == {"agent_step": 0, "sent_wall": 1234.5}
     assert negotiation_summary(ca.events.records)["stale_requests"] == 1
+    up = next(e for e in ca.events.records if e.event == "link_up")
+    assert up.extra["batch"] == 1 and up.extra["flows_ms"] >= 0
+    assert received <= up.extra["flows_wall"] <= up.wall_time
 
 
 def test_protocol_validates_step_and_the_optional_request_fields():
@@ -713,6 +726,33 @@ def test_negotiation_summary_counts_reasons_and_times_requests_to_flows():
     assert summary["link_up_latency_at_ca_ms"]["p99"] == 70.0
 
 
+def test_negotiation_summary_splits_latency_into_phases():
+    # sent 100.000, read 100.004, decided 100.006, install 100.009-100.015, link_up 100.016
+    request = _e("link_request", ("a", "b"), 100.006,
+                 extra={"sent_wall": 100.000, "received_wall": 100.004})
+    up = _e("link_up", ("a", "b"), 100.016, extra={"flows_ms": 6.0, "flows_wall": 100.015,
+                                                     "batch": 2})
+    phases = latency_phases(request, up)
+    assert phases == pytest.approx({"to_ca": 4.0, "at_ca": 2.0, "to_install": 3.0,
+                                    "install": 6.0, "after_install": 1.0}, abs=1e-6)
+    assert sum(phases.values()) == pytest.approx(16.0, abs=1e-6)
+    assert list(phases) == list(LATENCY_PHASES)
+    slow = [_e("link_request", ("c", "d"), 200.050,
+               extra={"sent_wall": 200.0, "received_wall": 200.040}),
+            _e("link_up", ("c", "d"), 200.100, extra={"flows_ms": 40.0, "flows_wall": 200.095})]
+    old = [_e("link_request", ("e", "f"), 300.0), _e("link_up", ("e", "f"), 300.010)]
+    summary = negotiation_summary([request, up, *slow, *old])
+    breakdown = summary["latency_breakdown_ms"]
+    assert summary["link_up_latency_ms"]["count"] == 3  # the unstamped one counts here...
+    assert breakdown["install"] == {"count": 2, "p50": 6.0, "p90": 40.0, "p99": 40.0}
+    assert breakdown["to_ca"]["p50"] == pytest.approx(4.0)  # ...but has no phases
+    assert breakdown["slowest"] == pytest.approx({"total": 100.0, "to_ca": 40.0, "at_ca": 10.0,
+                                                  "to_install": 5.0, "install": 40.0,
+                                                  "after_install": 5.0}, abs=1e-3)
+    assert latency_phases(old[0], old[1]) is None
+    assert negotiation_summary(old)["latency_breakdown_ms"] == {}
+
+
 def test_negotiation_summary_of_nothing_and_percentiles():
     empty = negotiation_summary([])
     assert empty["requests"] == 0 and empty["refused_share"] == 0.0
@@ -727,25 +767,6 @@ def test_negotiation_summary_of_nothing_and_percentiles():
                                                reason="not_visible")]))
     assert text == ("link requests 2, refused 1: not_visible 1; request -> flows in: "
                     "p50 12 ms, p90 12 ms, p99 12 ms")
-
-
-def test_agent_polls_its_iphys_without_blocking():
-    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
-                              iphys={"iphy1": "127.0.0.1", "iphy2": "no-such-host.invalid"}))
-    agent.start_poll()
-    agent.start_poll()  # a poll under way is not started twice
-    assert len(agent._pings) == 2
-    deadline = time.monotonic() + 10
-    while (changed := agent.finish_poll()) is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert changed is True
-    assert agent.state.iphys_up == {"iphy1": True, "iphy2": False}
-    assert agent.finish_poll() is None  # nothing under way
-    agent.start_poll()
-    while (changed := agent.finish_poll()) is None:
-        time.sleep(0.01)
-    assert changed is False
 
 
 def test_runs_switch_threads_promptly_and_restore_the_interval_after():
