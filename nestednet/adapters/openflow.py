@@ -116,11 +116,15 @@ class Channel:
     def close(self) -> None:
         self._sock.close()
 
-    def _send(self, message: object) -> int:
-        self._xid += 1
-        message.set_xid(self._xid)
-        message.serialize()
-        self._sock.sendall(message.buf)
+    def _send(self, *messages: object) -> int:
+        """Send ``messages`` in one write (one wake-up of ovs-vswitchd); the last xid."""
+        chunks = []
+        for message in messages:
+            self._xid += 1
+            message.set_xid(self._xid)
+            message.serialize()
+            chunks.append(message.buf)
+        self._sock.sendall(b"".join(chunks))
         return self._xid
 
     def _receive(self) -> tuple[int, int, bytes]:
@@ -159,9 +163,7 @@ class Channel:
         if not messages:
             return
         with self._lock:
-            for message in messages:
-                self._send(message)
-            barrier = self._send(self._parser.OFPBarrierRequest(self._dp))
+            barrier = self._send(*messages, self._parser.OFPBarrierRequest(self._dp))
             errors = []
             while True:
                 kind, xid, body = self._receive()

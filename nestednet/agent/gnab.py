@@ -126,6 +126,11 @@ class AgentState:
             self.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                           for link in message["links"]}
             self.pending.clear()
+            # A new session: what an earlier CA (or run) showed is void. A CA in the
+            # middle of a step sends that step right after; until then nothing to ask.
+            self.step, self.visible = -1, []
+            self.refused.clear()
+            self.iphys_refused.clear()
         elif kind == p.STEP:
             # The CA's whole view for this step: visibility and links replace ours at once.
             self.step, self.visible = message["step"], sorted(message["peers"])

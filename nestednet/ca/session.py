@@ -28,7 +28,7 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgres
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
-from nestednet.ca.server import ControlServer, listen
+from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import UsageError
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
@@ -203,7 +203,7 @@ class CaSession:
             self.shaping_info = self.shaping.check()
             self.events.write("shaping", scenario_time=0.0, **self.shaping_info)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
-                                               *self.address))
+                                               *self.address), nice=CA_NICE)
         self.ca = CommunicationAssistant(
             self.server, self.table, self.installer,
             node_ids={n.name: n.node_id for n in scenario.nodes},

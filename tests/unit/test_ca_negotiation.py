@@ -8,6 +8,7 @@ checked by the system tests of `nestednet run`.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -767,6 +768,36 @@ def test_negotiation_summary_of_nothing_and_percentiles():
                                                reason="not_visible")]))
     assert text == ("link requests 2, refused 1: not_visible 1; request -> flows in: "
                     "p50 12 ms, p90 12 ms, p99 12 ms")
+
+
+def test_agent_forgets_the_last_runs_visibility_on_a_new_id():
+    agent = _agent()
+    agent.handle({"type": p.STEP, "step": 9, "time": 54.0, "peers": ["b", "c"], "links": []})
+    agent.state.pending.clear()  # that CA went away; its answers will not come
+    agent.state.refused.add("c")
+    # The next run's CA has not started a step: the old peers must not be asked (they
+    # would be refused as not_visible), nor stay refused in the steps to come.
+    assert agent.handle({"type": p.ID, "node": "a", "node_id": 1, "control_ip": "10.0.0.2",
+                         "links": []}) == []
+    assert agent.state.visible == [] and agent.state.step == -1 and not agent.state.refused
+    out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0, "peers": ["c"],
+                              "links": []}))
+    assert [(m["dst_node"], m["step"]) for m in out] == [("c", 0)]
+
+
+def test_the_ca_thread_takes_the_nice_value_it_is_given(tmp_path):
+    server = ControlServer(listen("127.0.0.1", 0), nice=os.getpriority(os.PRIO_PROCESS, 0) + 3)
+    seen = []
+    server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
+                                        node_ids={}, control_ips={},
+                                        events=EventLog(tmp_path / "e.jsonl")))
+    try:
+        seen.append(server.call(lambda: os.getpriority(os.PRIO_PROCESS,
+                                                       threading.get_native_id())))
+    finally:
+        server.stop()
+    assert seen == [server.nice]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == server.nice - 3  # the caller's is unchanged
 
 
 def test_runs_switch_threads_promptly_and_restore_the_interval_after():
