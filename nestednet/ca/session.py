@@ -39,7 +39,7 @@ from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
-from nestednet.model.events import ROUTE, negotiation_summary, route_summary
+from nestednet.model.events import LATENCY_PHASES, ROUTE, negotiation_summary, route_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -137,8 +137,13 @@ def describe_negotiation(negotiation: dict) -> str:
     latency = negotiation["link_up_latency_ms"]
     figures = ", ".join(f"{q} {latency[q]:.0f} ms" for q in ("p50", "p90", "p99")
                         if latency[q] is not None) or "no links made"
+    phases = negotiation.get("latency_breakdown_ms", {})
+    split = "; ".join(f"{name.replace('_', ' ')} {phases[name]['p50']:.1f}/"
+                      f"{phases[name]['p99']:.1f}" for name in LATENCY_PHASES
+                      if name in phases)
     return (f"link requests {negotiation['requests']}, refused {negotiation['refused']}: "
-            f"{reasons}; request -> flows in: {figures}")
+            f"{reasons}; request -> flows in: {figures}"
+            + (f" (p50/p99 ms: {split})" if split else ""))
 
 
 @dataclass

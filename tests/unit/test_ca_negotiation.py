@@ -751,6 +751,9 @@ def test_negotiation_summary_splits_latency_into_phases():
                                                   "to_install": 5.0, "install": 40.0,
                                                   "after_install": 5.0}, abs=1e-3)
     assert latency_phases(old[0], old[1]) is None
+    assert describe_negotiation(summary).endswith(
+        "(p50/p99 ms: to ca 4.0/40.0; at ca 2.0/10.0; to install 3.0/5.0; install 6.0/40.0; "
+        "after install 1.0/5.0)")
     assert negotiation_summary(old)["latency_breakdown_ms"] == {}
 
 
