@@ -157,6 +157,11 @@ class ControlServer:
         current batch is done). Server thread only."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), fn))
 
+    def watch(self, fileobj: object, on_readable: Callable[[], None]) -> None:
+        """Call ``on_readable`` on this thread whenever ``fileobj`` (anything with a
+        fileno) has data, like the agents' sockets. Server thread only."""
+        self._selector.register(fileobj, selectors.EVENT_READ, ("watch", on_readable))
+
     def connections(self) -> list[int]:
         return list(self._conns)
 
@@ -188,6 +193,8 @@ class ControlServer:
                 elif key.data == "wake":
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(4096)
+                elif isinstance(key.data, tuple):
+                    self._guard(key.data[1])
                 else:
                     batch += self._read(key.data)
             if batch:

@@ -267,7 +267,8 @@ class CaSession:
 
     def settled(self) -> bool:
         """Every visible pair with a free iPHY on both sides is linked, flows included."""
-        return self.server.call(lambda: not self.table.unlinked_feasible_pairs(), 10)
+        return self.server.call(lambda: not self.table.unlinked_feasible_pairs()
+                                and not self.ca.installing(), 10)
 
     def close(self) -> None:
         """Withdraw every link the CA made (flows included), then stop serving."""

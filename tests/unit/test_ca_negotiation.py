@@ -15,12 +15,15 @@ import threading
 import time
 
 import pytest
+from fake_switch import FakeSwitch
 
+from nestednet.adapters import openflow
 from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca import assistant
 from nestednet.ca import mirror as mirror_module
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
+from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
 from nestednet.ca.session import describe_negotiation, prompt_thread_switches
@@ -53,11 +56,36 @@ class RecordingInstaller:
         self.installed -= set(links)
 
 
-@pytest.fixture
-def lab(tmp_path):
+class SwitchInstaller(MainBridgeInstaller):
+    """The run's installer (pipelined, a real OpenFlow session) against a fake switch."""
+
+    def __init__(self, rundir) -> None:
+        ports = {f"{n}/iphy{j}": k for k, (n, j) in enumerate(
+            ((n, j) for n in NODES for j in range(1, IPHYS + 1)), 1)}
+        super().__init__("br0", lambda node, iphy: ports[f"{node}/{iphy}"],
+                         lambda a, b: (a << 16) | b)
+        self.switch = FakeSwitch(rundir)
+        self._channel = openflow.Channel("br0", rundir=str(rundir), timeout=5)
+        self.installed: set[LinkEnds] = set()
+
+    def submit(self, links, done) -> None:
+        def record(error) -> None:
+            if error is None:
+                self.installed |= set(links)
+            done(error)
+
+        super().submit(links, record)
+
+    def remove(self, links) -> None:
+        super().remove(links)
+        self.installed -= set(links)
+
+
+@pytest.fixture(params=["immediate", "pipelined"])
+def lab(tmp_path, request):
     table = InterNodeLinks({n: range(1, IPHYS + 1) for n in NODES})
     server = ControlServer(listen("127.0.0.1", 0))
-    installer = RecordingInstaller()
+    installer = RecordingInstaller() if request.param == "immediate" else SwitchInstaller(tmp_path)
     ca = CommunicationAssistant(server, table, installer,
                                 node_ids={n: i for i, n in enumerate(NODES, 1)},
                                 control_ips={n: f"10.0.0.{i}" for i, n in enumerate(NODES, 2)},
@@ -326,6 +354,101 @@ def _ca(inventory: dict[str, list[int]]) -> tuple[CommunicationAssistant, WireRe
 def _req(conn: int, src: str, dst: str, iphy: int, req_id: int = 1, **extra) -> tuple[int, dict]:
     return conn, {"type": p.LINK_REQ, "req_id": req_id, "src_node": src, "dst_node": dst,
                   "src_iphy": f"iphy{iphy}", **extra}
+
+
+class HeldInstaller(RecordingInstaller):
+    """A pipelined installer whose batches stay on their way until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_the_way: list[tuple[list[LinkEnds], object]] = []
+
+    def submit(self, links, done) -> None:
+        self.on_the_way.append((links, done))
+
+    def fileno(self) -> int:
+        return -1
+
+    def read(self) -> None:
+        pass
+
+    def release(self, count: int = 1, error: Exception | None = None) -> None:
+        for links, done in self.on_the_way[:count]:
+            if error is None:
+                self.installed |= set(links)
+            done(error)
+        del self.on_the_way[:count]
+
+    def wait(self) -> None:
+        self.release(len(self.on_the_way))
+
+
+class WatchingWire(WireRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.watched: list[object] = []
+
+    def watch(self, fileobj, _on_readable) -> None:
+        self.watched.append(fileobj)
+
+
+def _pipelined_ca(inventory: dict[str, list[int]]):
+    wire, installer = WatchingWire(), HeldInstaller()
+    ca = CommunicationAssistant(wire, InterNodeLinks(inventory), installer,
+                                node_ids={n: i for i, n in enumerate(inventory, 1)},
+                                control_ips=dict.fromkeys(inventory, "10.0.0.9"),
+                                events=EventLog(None))
+    ca.on_messages([(k, {"type": p.HELLO, "node": n, "iphys": [
+        {"name": f"iphy{i}", "inter_ip": "10.1.0.1", "up": True} for i in inventory[n]]})
+        for k, n in enumerate(inventory, 1)])
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("b", "c")])
+    for conn in wire.sent:
+        wire.sent[conn].clear()
+    return ca, wire, installer
+
+
+def test_answers_wait_for_their_flows_while_the_ca_decides_on():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1]})
+    ca.on_messages([_req(1, "a", "b", 2), _req(3, "c", "b", 1, req_id=7)])
+    assert installer.installed == set() and ca.installing()
+    assert wire.watched == [installer]
+    assert all(not msgs for msgs in wire.sent.values())  # no answer before the flows
+    # a request that arrives meanwhile is decided at once (refused: c has no iPHY left)...
+    ca.on_messages([_req(1, "a", "c", 1, req_id=2)])
+    assert [e.event for e in ca.events.records][-2:] == ["link_request", "link_fail"]
+    assert all(not msgs for msgs in wire.sent.values())  # ...but answered after the flows
+    installer.release()
+    assert not ca.installing()
+    assert wire.kinds(2) == [p.LINK_UP, p.LINK_UP]
+    assert wire.kinds(1) == [p.LINK_OK, p.FULL, p.LINK_FAIL]
+    assert [m["req_id"] for m in wire.sent[1] if "req_id" in m] == [1, 2]
+    assert wire.kinds(3)[0] == p.LINK_OK
+    up = [e for e in ca.events.records if e.event == "link_up"]
+    assert [e.extra["batch"] for e in up] == [2, 2]
+
+
+def test_batches_are_answered_in_the_order_they_were_decided():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.on_messages([_req(1, "a", "b", 2)])
+    ca.on_messages([_req(3, "c", "b", 2, req_id=5)])
+    assert len(installer.on_the_way) == 2
+    installer.release()
+    assert wire.kinds(1) == [p.LINK_OK] and wire.kinds(3) == []
+    installer.release()
+    assert wire.kinds(3) == [p.LINK_OK] and wire.kinds(2) == [p.LINK_UP, p.LINK_UP]
+
+
+def test_a_refused_batch_takes_its_links_back_and_a_step_waits_for_the_flows():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.on_messages([_req(1, "a", "b", 2)])
+    installer.release(error=RuntimeError("refused"))
+    assert ca.table.links() == [] and wire.sent[1][-1]["reason"] == "flow_install_failed"
+    ca.on_messages([_req(1, "a", "b", 2, req_id=2)])
+    ca.apply_step(1, 6.0, [("a", "b")])  # the step answers the batch first, then tells
+    assert wire.kinds(1)[-2:] == [p.LINK_OK, p.STEP]
+    assert [(lk["peer"], lk["local_iphy"]) for lk in wire.sent[1][-1]["links"]] == [
+        ("b", "iphy2")]
+    assert installer.installed and not ca.installing()
 
 
 def test_step_is_one_message_with_visibility_and_the_links_left():
