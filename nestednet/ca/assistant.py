@@ -474,11 +474,24 @@ class CommunicationAssistant:
             self._installed(batch, exc)
             return
         if self._pipelined and not self._watching:
-            self.server.watch(self._flows, self._flows.read)
+            self.server.watch(self._flows, self._read_flows)
             self._watching = True
         batch.started = time.monotonic()
         self._in_flight.append(batch)
-        self._flows.submit(ends, lambda error: self._installed(batch, error))
+        try:
+            self._flows.submit(ends, lambda error: self._installed(batch, error))
+        except Exception as exc:  # e.g. the session with the bridge is gone
+            self._installed(batch, exc)
+
+    def _read_flows(self) -> None:
+        """The bridge answered; if the session broke, every batch on its way failed."""
+        try:
+            self._flows.read()
+        except Exception as exc:
+            self.server.unwatch(self._flows)
+            self._watching = False
+            for batch in [b for b in self._in_flight if not b.done]:
+                self._installed(batch, exc)
 
     def _installed(self, batch: _Batch, error: Exception | None) -> None:
         """A batch's flows are in (or failed): answer every finished batch at the head of

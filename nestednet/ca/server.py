@@ -162,6 +162,10 @@ class ControlServer:
         fileno) has data, like the agents' sockets. Server thread only."""
         self._selector.register(fileobj, selectors.EVENT_READ, ("watch", on_readable))
 
+    def unwatch(self, fileobj: object) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(fileobj)
+
     def connections(self) -> list[int]:
         return list(self._conns)
 

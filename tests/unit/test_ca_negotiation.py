@@ -388,8 +388,12 @@ class WatchingWire(WireRecorder):
         super().__init__()
         self.watched: list[object] = []
 
-    def watch(self, fileobj, _on_readable) -> None:
+    def watch(self, fileobj, on_readable) -> None:
         self.watched.append(fileobj)
+        self.on_readable = on_readable
+
+    def unwatch(self, fileobj) -> None:
+        self.watched.remove(fileobj)
 
 
 def _pipelined_ca(inventory: dict[str, list[int]]):
@@ -425,6 +429,22 @@ def test_answers_wait_for_their_flows_while_the_ca_decides_on():
     assert wire.kinds(3)[0] == p.LINK_OK
     up = [e for e in ca.events.records if e.event == "link_up"]
     assert [e.extra["batch"] for e in up] == [2, 2]
+
+
+def test_a_broken_session_with_the_bridge_fails_the_batches_on_their_way():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.on_messages([_req(1, "a", "b", 2)])
+
+    def broken() -> None:
+        raise ConnectionResetError("bridge gone")
+
+    installer.read = broken
+    wire.on_readable()
+    assert wire.watched == [] and not ca.installing() and ca.table.links() == []
+    assert wire.sent[1][-1]["reason"] == "flow_install_failed"
+    installer.submit = lambda links, done: broken()
+    ca.on_messages([_req(3, "c", "b", 2, req_id=4)])  # refused at once, nothing stuck
+    assert not ca.installing() and wire.sent[3][-1]["reason"] == "flow_install_failed"
 
 
 def test_batches_are_answered_in_the_order_they_were_decided():
