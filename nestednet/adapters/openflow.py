@@ -16,6 +16,7 @@ import struct
 import subprocess
 import threading
 import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from nestednet.errors import EnvironmentProblem
@@ -85,8 +86,10 @@ class Channel:
     The CA installs a batch of links per negotiation round; one `ovs-ofctl` process per
     batch costs ~9 ms, which dominated a 100-node step. This talks OpenFlow directly
     over the bridge's own management socket (<rundir>/<bridge>.mgmt) with os-ken's
-    message classes: a batch is its flow-mods plus a barrier, answered in well under a
-    millisecond. An error reply for any message of the batch raises.
+    message classes: a batch is its flow-mods plus a barrier, in one write. ``submit``
+    does not wait for the barrier's reply: the caller watches ``fileno`` and calls
+    ``read``, which hands each batch's outcome to its callback, in submission order
+    (the switch answers in order). ``change`` waits for its own batch.
     """
 
     def __init__(self, bridge: str, rundir: str = "/var/run/openvswitch",
@@ -97,9 +100,15 @@ class Channel:
 
         self._ofp, self._parser = ofproto_v1_3, ofproto_v1_3_parser
         self._dp = types.SimpleNamespace(ofproto=ofproto_v1_3, ofproto_parser=ofproto_v1_3_parser)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._xid = 0
+        self._buffer = b""
+        self._waiting: dict[int, Callable[[list[str]], None]] = {}
+        """Barrier xid -> the callback of the batch it ends."""
+        self._errors: list[str] = []
+        """Error replies since the last barrier reply: they belong to the next one's batch."""
         self.bridge = bridge
+        self._timeout = timeout
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
         try:
@@ -116,26 +125,67 @@ class Channel:
     def close(self) -> None:
         self._sock.close()
 
-    def _send(self, message: object) -> int:
-        self._xid += 1
-        message.set_xid(self._xid)
-        message.serialize()
-        self._sock.sendall(message.buf)
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def in_flight(self) -> int:
+        """Batches submitted whose outcome has not been read yet."""
+        return len(self._waiting)
+
+    def _send(self, *messages: object) -> int:
+        """Send ``messages`` in one write (one wake-up of ovs-vswitchd); the last xid."""
+        chunks = []
+        for message in messages:
+            self._xid += 1
+            message.set_xid(self._xid)
+            message.serialize()
+            chunks.append(message.buf)
+        self._sock.sendall(b"".join(chunks))
         return self._xid
 
     def _receive(self) -> tuple[int, int, bytes]:
-        header = self._exactly(8)
-        _version, kind, length, xid = struct.unpack("!BBHI", header)
-        return kind, xid, self._exactly(length - 8)
+        while (message := self._take()) is None:
+            self._fill(block=True)
+        return message
 
-    def _exactly(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self._sock.recv(size - len(data))
-            if not chunk:
-                raise EnvironmentProblem(f"bridge {self.bridge} closed the OpenFlow session")
-            data += chunk
-        return data
+    def _fill(self, *, block: bool) -> bool:
+        """Append what the switch sent to the buffer; False when nothing was there."""
+        # Not MSG_DONTWAIT: Python waits out a socket's timeout before any recv.
+        self._sock.settimeout(self._timeout if block else 0.0)
+        try:
+            chunk = self._sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return False
+        finally:
+            self._sock.settimeout(self._timeout)
+        if not chunk:
+            raise EnvironmentProblem(f"bridge {self.bridge} closed the OpenFlow session")
+        self._buffer += chunk
+        return True
+
+    def _take(self) -> tuple[int, int, bytes] | None:
+        """The next whole message in the buffer (kind, xid, body), or None."""
+        if len(self._buffer) < 8:
+            return None
+        _version, kind, length, xid = struct.unpack("!BBHI", self._buffer[:8])
+        if len(self._buffer) < length:
+            return None
+        body, self._buffer = self._buffer[8:length], self._buffer[length:]
+        return kind, xid, body
+
+    def _dispatch(self) -> None:
+        while (message := self._take()) is not None:
+            kind, xid, body = message
+            if kind == self._ofp.OFPT_ERROR:
+                err_type, err_code = struct.unpack("!HH", body[:4])
+                self._errors.append(f"xid {xid}: type {err_type} code {err_code}")
+            elif kind == self._ofp.OFPT_ECHO_REQUEST:
+                self._sock.sendall(struct.pack("!BBHI", self._ofp.OFP_VERSION,
+                                               self._ofp.OFPT_ECHO_REPLY, 8 + len(body), xid)
+                                   + body)
+            elif kind == self._ofp.OFPT_BARRIER_REPLY and xid in self._waiting:
+                done, errors, self._errors = self._waiting.pop(xid), self._errors, []
+                done(errors)
 
     def _output_flow(self, cookie: int, in_port: int, out_port: int) -> object:
         p, ofp = self._parser, self._ofp
@@ -150,26 +200,47 @@ class Channel:
                                        table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
                                        out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
 
-    def change(self, *, add: list[tuple[int, int, int]] = (),
-               delete: list[int] = ()) -> None:
-        """Add (cookie, port a, port b) link pairs and delete cookies, as one batch."""
+    def submit(self, done: Callable[[list[str]], None], *,
+               add: Iterable[tuple[int, int, int]] = (), delete: Iterable[int] = ()) -> None:
+        """Send a batch: delete cookies, add (cookie, port a, port b) link pairs, then a
+        barrier. ``done(errors)`` is called from ``read``/``wait`` once the switch has
+        applied it (``errors``: its refusals, empty when all went in); at once when
+        the batch is empty."""
         messages = [self._delete_cookie(cookie) for cookie in delete]
         for cookie, a, b in add:
             messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
         if not messages:
+            done([])
             return
         with self._lock:
-            for message in messages:
-                self._send(message)
-            barrier = self._send(self._parser.OFPBarrierRequest(self._dp))
-            errors = []
-            while True:
-                kind, xid, body = self._receive()
-                if kind == self._ofp.OFPT_ERROR:
-                    err_type, err_code = struct.unpack("!HH", body[:4])
-                    errors.append(f"xid {xid}: type {err_type} code {err_code}")
-                elif kind == self._ofp.OFPT_BARRIER_REPLY and xid == barrier:
-                    break
-        if errors:
+            barrier = self._send(*messages, self._parser.OFPBarrierRequest(self._dp))
+            self._waiting[barrier] = done
+
+    def read(self) -> None:
+        """Take in the switch's replies without blocking; completes finished batches."""
+        with self._lock:
+            while self._fill(block=False):
+                pass
+            self._dispatch()
+
+    def wait(self) -> None:
+        """Block until every submitted batch is complete (their callbacks called)."""
+        with self._lock:
+            self._dispatch()
+            while self._waiting:
+                self._fill(block=True)
+                self._dispatch()
+
+    def change(self, *, add: Iterable[tuple[int, int, int]] = (),
+               delete: Iterable[int] = ()) -> None:
+        """Add link pairs and delete cookies as one batch and wait until it is applied
+        (earlier batches complete first); an error reply for any of it raises."""
+        outcome: list[list[str]] = []
+        with self._lock:
+            self.submit(outcome.append, add=add, delete=delete)
+            while not outcome:
+                self._fill(block=True)
+                self._dispatch()
+        if outcome[0]:
             raise EnvironmentProblem(f"bridge {self.bridge} refused flow changes: "
-                                     + "; ".join(errors[:5]))
+                                     + "; ".join(outcome[0][:5]))

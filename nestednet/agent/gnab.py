@@ -16,12 +16,12 @@ import logging
 import os
 import selectors
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nestednet.agent import protocol as p
+from nestednet.agent.probe import IcmpProbe
 from nestednet.agent.routes import RouteSync
 
 log = logging.getLogger("nestednet.agent")
@@ -126,6 +126,11 @@ class AgentState:
             self.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                           for link in message["links"]}
             self.pending.clear()
+            # A new session: what an earlier CA (or run) showed is void. A CA in the
+            # middle of a step sends that step right after; until then nothing to ask.
+            self.step, self.visible = -1, []
+            self.refused.clear()
+            self.iphys_refused.clear()
         elif kind == p.STEP:
             # The CA's whole view for this step: visibility and links replace ours at once.
             self.step, self.visible = message["step"], sorted(message["peers"])
@@ -173,7 +178,7 @@ class Agent:
         self._next_req = 1
         self._selector = selectors.DefaultSelector()
         self._stop = False
-        self._pings: dict[str, subprocess.Popen] = {}
+        self._probe: IcmpProbe | None = None
         self.routes = (RouteSync(config.iphys, config.node_address, config.gnab_intra)
                        if config.routing == "direct" and config.node_address else None)
 
@@ -203,26 +208,37 @@ class Agent:
 
     def start_poll(self) -> None:
         """Ping every iPHY over the intra-node net, all at once and without waiting: the
-        agent keeps answering the CA meanwhile (a sequential poll held it up to a
-        second per iPHY that did not answer)."""
-        if self._pings:
-            return
-        for name, address in self.config.iphys.items():
-            self._pings[name] = subprocess.Popen(
-                ["ping", "-c", "1", "-W", "1", "-q", address],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        agent keeps answering the CA meanwhile (nestednet.agent.probe: one ICMP
+        socket, read from the agent's own selector)."""
+        if self._probe is None:
+            try:
+                self._probe = IcmpProbe(self.config.iphys)
+            except OSError as exc:  # neither a ping socket nor CAP_NET_RAW
+                log.warning("no ICMP socket (%s): iPHYs are taken as up, not polled", exc)
+                self.config.poll_interval = 0
+                self.state.iphys_up = dict.fromkeys(self.config.iphys, True)
+                return
+            self._selector.register(self._probe, selectors.EVENT_READ, "probe")
+        self._probe.start()
 
     def finish_poll(self) -> bool | None:
-        """None while pings are running; else True when the inventory changed."""
-        if not self._pings or any(proc.poll() is None for proc in self._pings.values()):
+        """None while a poll is under way (or none was started); else True when the
+        inventory changed. Takes in the replies waiting first."""
+        if self._probe is None:
+            return None
+        self._probe.read()
+        up = self._probe.finish()
+        if up is None:
             return None
         changed = False
-        for name, proc in self._pings.items():
-            up = proc.returncode == 0
-            changed |= self.state.iphys_up.get(name) != up
-            self.state.iphys_up[name] = up
-        self._pings = {}
+        for name, answered in up.items():
+            changed |= self.state.iphys_up.get(name) != answered
+            self.state.iphys_up[name] = answered
         return changed
+
+    def _poll_wait(self) -> float | None:
+        """Seconds until the poll under way times out; None when none is."""
+        return self._probe.seconds_left() if self._probe is not None else None
 
     # --- I/O -----------------------------------------------------------------------
 
@@ -232,7 +248,7 @@ class Agent:
         sock.setblocking(False)
         self._sock = sock
         self._reader = p.LineReader()
-        self._selector.register(sock, selectors.EVENT_READ)
+        self._selector.register(sock, selectors.EVENT_READ, "ca")
         self.state.connected = True
         self.state.pending.clear()
         self._send([self.hello()])
@@ -280,8 +296,8 @@ class Agent:
         dirty = True
         if self.config.poll_interval > 0:  # the first HELLO reports iPHYs as they are
             self.start_poll()
-            while self.finish_poll() is None:
-                time.sleep(0.02)
+            while self._probe is not None and self.finish_poll() is None:
+                self._selector.select(timeout=self._poll_wait())
             next_poll = time.monotonic() + self.config.poll_interval
         while not self._stop:
             now = time.monotonic()
@@ -305,12 +321,15 @@ class Agent:
                     continue
             # The state file is written once nothing is waiting to be read: a message
             # that arrives meanwhile is not held up by a file write.
+            polling = self._poll_wait()
             ready = self._selector.select(timeout=0.0 if dirty else
-                                          0.05 if self._pings else 0.5)
+                                          min(0.5, polling) if polling is not None else 0.5)
             if not ready and dirty:
                 self._write_state()
                 dirty = False
-            for _key, _ in ready:
+            for key, _ in ready:
+                if key.data == "probe":
+                    continue  # finish_poll takes the replies in
                 dirty = True
                 try:
                     data = self._sock.recv(65536)
@@ -336,3 +355,7 @@ class Agent:
                     break
         self._write_state()
         self._disconnect()
+        if self._probe is not None:
+            self._selector.unregister(self._probe)
+            self._probe.close()
+            self._probe = None

@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Protocol, TextIO, runtime_checkable
 
 from nestednet.agent import protocol as p
 from nestednet.ca.mirror import AgentMirror
@@ -65,6 +65,53 @@ class FlowInstaller(Protocol):
 
     def install(self, links: list[LinkEnds]) -> None: ...
     def remove(self, links: list[LinkEnds]) -> None: ...
+
+
+@runtime_checkable
+class PipelinedInstaller(FlowInstaller, Protocol):
+    """An installer that takes a batch without waiting for it (nestednet.ca.flows): the
+    CA decides the next requests while the bridge applies it. ``read`` runs when
+    ``fileno`` is readable and calls each finished batch's ``done`` (None, or the
+    error), in submission order; ``wait`` blocks until all are done."""
+
+    def submit(self, links: list[LinkEnds], done: Callable[[Exception | None], None]
+               ) -> None: ...
+    def fileno(self) -> int: ...
+    def read(self) -> None: ...
+    def wait(self) -> None: ...
+
+
+class _Immediate:
+    """A plain FlowInstaller as a pipelined one whose batches are done at once."""
+
+    def __init__(self, installer: FlowInstaller) -> None:
+        self.installer = installer
+
+    def submit(self, links: list[LinkEnds], done: Callable[[Exception | None], None]) -> None:
+        try:
+            self.installer.install(links)
+        except Exception as exc:
+            done(exc)
+            return
+        done(None)
+
+    def wait(self) -> None:
+        pass
+
+
+@dataclass
+class _Batch:
+    """Links accepted together whose flows are on their way, and the messages that
+    must wait for them (every message the CA sends after the batch was decided)."""
+
+    accepted: list[tuple[int, dict, LinkEnds]]
+    applied: dict[LinkEnds, dict]
+    started: float
+    after: list[tuple[int, str, dict]] = field(default_factory=list)
+    error: Exception | None = None
+    done: bool = False
+    flows_ms: float = 0.0
+    flows_wall: float = 0.0
 
 
 class LinkShaping(Protocol):
@@ -150,6 +197,7 @@ class Held:
     msg: dict
     deadline: float
     arrived: float
+    arrived_wall: float
 
 
 class CommunicationAssistant:
@@ -168,6 +216,14 @@ class CommunicationAssistant:
         self.server = server
         self.table = table
         self.installer = installer
+        self._pipelined = isinstance(installer, PipelinedInstaller)
+        self._flows: PipelinedInstaller | _Immediate = (
+            installer if isinstance(installer, PipelinedInstaller) else _Immediate(installer))
+        self._watching = False
+        self._in_flight: deque[_Batch] = deque()
+        """Batches submitted and not yet answered, oldest first."""
+        self._direct = False
+        """True while a finished batch's messages go out (past the queue)."""
         self.shaping = shaping
         self.node_ids = node_ids
         self.control_ips = control_ips
@@ -201,7 +257,7 @@ class CommunicationAssistant:
                      node)
 
     def on_messages(self, batch: list[tuple[int, dict]]) -> None:
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         for conn, msg in batch:
             kind = msg["type"]
             if kind == p.HELLO:
@@ -210,7 +266,7 @@ class CommunicationAssistant:
                 mirror = self.mirrors.get(msg["src_node"])
                 if mirror is not None and self.sessions.by_conn.get(conn) == msg["src_node"]:
                     mirror.arrived(msg["req_id"], msg["dst_node"], msg["src_iphy"])
-                self._held.append(Held(conn, msg, now + HOLD_S, now))
+                self._held.append(Held(conn, msg, now + HOLD_S, now, wall))
             else:
                 self._reply(conn, p.ERROR, error=f"agents may not send {kind}")
         self._decide_held()
@@ -234,7 +290,8 @@ class CommunicationAssistant:
         def decide(held: Held) -> None:
             self._held.remove(held)
             waited = time.monotonic() - held.arrived
-            decided = self._decide(held.conn, held.msg, waited if waited >= 0.001 else None)
+            decided = self._decide(held.conn, held.msg, waited if waited >= 0.001 else None,
+                                   held.arrived_wall)
             if decided is not None:
                 accepted.append(decided)
 
@@ -303,8 +360,17 @@ class CommunicationAssistant:
         self.events.write(kind, step=self.progress.step,
                           scenario_time=self.progress.scenario_time, **fields)
 
+    def installing(self) -> bool:
+        """Whether some accepted links' flows are still on their way to the bridge."""
+        return bool(self._in_flight)
+
     def _reply(self, conn: int, kind: str, **fields: object) -> None:
-        """Send one message; the mirror of the agent on ``conn`` sees it too."""
+        """Send one message; the mirror of the agent on ``conn`` sees it too. While
+        flows are on their way, it waits behind their batch's LINK_UP/LINK_OKs: agents
+        hear everything in the order the CA decided it."""
+        if self._in_flight and not self._direct:
+            self._in_flight[-1].after.append((conn, kind, fields))
+            return
         self.server.send(conn, p.encode(kind, **fields))
         mirror = self.mirrors.get(self.sessions.by_conn.get(conn, ""))
         if mirror is not None and kind != p.ERROR:  # an ERROR changes no agent state
@@ -360,9 +426,10 @@ class CommunicationAssistant:
         for peer, full in news.items():
             self._to_node(peer, p.FULL, peers=full)
 
-    def _decide(self, conn: int, msg: dict,
-                waited: float | None = None) -> tuple[int, dict, LinkEnds] | None:
-        """Algorithm 1 on one request; ``waited``: seconds it was held (for the events)."""
+    def _decide(self, conn: int, msg: dict, waited: float | None = None,
+                received: float | None = None) -> tuple[int, dict, LinkEnds] | None:
+        """Algorithm 1 on one request; ``waited``: seconds it was held, ``received``: when
+        it was read (Unix seconds); both only for the events."""
         src, dst, src_iphy = msg["src_node"], msg["dst_node"], msg["src_iphy"]
         if self.sessions.by_conn.get(conn) != src:
             self._reply(conn, p.ERROR, error=f"LINK_REQ for {src!r} from another node's session")
@@ -376,7 +443,8 @@ class CommunicationAssistant:
                     **{key: msg[field] for key, field in (("agent_step", "step"),
                                                          ("sent_wall", "sent"))
                        if field in msg},
-                    **({"held_ms": round(waited * 1000, 3)} if waited is not None else {}))
+                    **({"held_ms": round(waited * 1000, 3)} if waited is not None else {}),
+                    **({"received_wall": round(received, 6)} if received is not None else {}))
         mirror = self.mirrors.get(dst)
         claims = {own: peer for iphy, peer in (mirror.asking() if mirror else {}).items()
                   if (own := iphy_number(iphy)) is not None}
@@ -393,16 +461,62 @@ class CommunicationAssistant:
         return conn, msg, ends_of(answer.link)
 
     def _establish(self, accepted: list[tuple[int, dict, LinkEnds]]) -> None:
+        """Shape the batch's links, then send their flows; the answers go out once the
+        bridge has applied them (``_installed``), the CA meanwhile deciding on."""
         ends = [link for _, _, link in accepted]
-        applied: dict[LinkEnds, dict] = {}
+        batch = _Batch(accepted, {}, 0.0)
         try:
             if self.shaping is not None:
-                applied = self.shaping.up(ends)
-            self.installer.install(ends)
+                batch.applied = self.shaping.up(ends)
         except Exception as exc:
+            batch.error = exc
+            self._in_flight.append(batch)
+            self._installed(batch, exc)
+            return
+        if self._pipelined and not self._watching:
+            self.server.watch(self._flows, self._read_flows)
+            self._watching = True
+        batch.started = time.monotonic()
+        self._in_flight.append(batch)
+        try:
+            self._flows.submit(ends, lambda error: self._installed(batch, error))
+        except Exception as exc:  # e.g. the session with the bridge is gone
+            self._installed(batch, exc)
+
+    def _read_flows(self) -> None:
+        """The bridge answered; if the session broke, every batch on its way failed."""
+        try:
+            self._flows.read()
+        except Exception as exc:
+            self.server.unwatch(self._flows)
+            self._watching = False
+            for batch in [b for b in self._in_flight if not b.done]:
+                self._installed(batch, exc)
+
+    def _installed(self, batch: _Batch, error: Exception | None) -> None:
+        """A batch's flows are in (or failed): answer every finished batch at the head of
+        the queue, each followed by the messages that waited for it."""
+        batch.flows_ms = (time.monotonic() - batch.started) * 1000
+        batch.flows_wall = time.time()
+        batch.error, batch.done = error, True
+        while self._in_flight and self._in_flight[0].done:
+            head = self._in_flight.popleft()
+            self._direct = True
+            try:
+                self._answer(head)
+                for conn, kind, fields in head.after:
+                    self._reply(conn, kind, **fields)
+            finally:
+                self._direct = False
+
+    def _answer(self, batch: _Batch) -> None:
+        accepted, applied = batch.accepted, batch.applied
+        ends = [link for _, _, link in accepted]
+        if batch.error is not None:
+            exc = batch.error
             if self.shaping is not None:
                 self.shaping.down(ends)
-            log.exception("installing %d link(s) failed", len(ends))
+            log.error("installing %d link(s) failed: %s", len(ends), exc)
             for conn, msg, link in accepted:
                 self.table.remove_link(link.a, link.b)
                 self._reply(conn, p.LINK_FAIL, req_id=msg["req_id"], src_node=link.a,
@@ -424,7 +538,9 @@ class CommunicationAssistant:
             since = self._visible_since.get(frozenset((link.a, link.b)), now)
             shaped = {"properties": applied[link]} if link in applied else {}
             self._event("link_up", nodes=[link.a, link.b], iphys=link.numbers(),
-                        latency_ms=round((now - since) * 1000, 3), **shaped)
+                        latency_ms=round((now - since) * 1000, 3),
+                        flows_ms=round(batch.flows_ms, 3), flows_wall=round(batch.flows_wall, 6),
+                        batch=len(accepted), **shaped)
         self._announce_full(node for link in ends for node in (link.a, link.b))
 
     # --- scenario steps (posted to the server thread by the player) --------------------
@@ -440,6 +556,7 @@ class CommunicationAssistant:
 
     def apply_step(self, step: int, scenario_time: float,
                    visible_pairs: Iterable[tuple[str, str]]) -> None:
+        self._flows.wait()  # the last step's links are answered before this step is told
         now = time.monotonic()
         seen = {frozenset(pair) for pair in visible_pairs}
         self.progress = StepProgress(step=step, scenario_time=scenario_time, started=now,

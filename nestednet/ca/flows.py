@@ -1,4 +1,5 @@
-"""Making CA decisions real: flow pairs on the main bridge, one OpenFlow batch per round."""
+"""Making CA decisions real: flow pairs on the main bridge, one OpenFlow batch per round,
+submitted without waiting (the CA thread goes on deciding while the bridge applies it)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable
 
 from nestednet.adapters import openflow
 from nestednet.ca.assistant import LinkEnds
+from nestednet.errors import EnvironmentProblem
 
 PortOf = Callable[[str, str], int]
 """(scenario node, iPHY name) -> OpenFlow port number on the main bridge."""
@@ -44,6 +46,32 @@ class MainBridgeInstaller:
 
     def install(self, links: list[LinkEnds]) -> None:
         self.channel.change(add=[self._cookie_and_ports(link) for link in links])
+
+    def submit(self, links: list[LinkEnds], done: Callable[[Exception | None], None]) -> None:
+        """Send the batch's flows without waiting; ``done(None)`` once the bridge has
+        them, ``done(error)`` if it refused any (called from ``read`` or ``wait``)."""
+        bridge = self.bridge
+
+        def finished(errors: list[str]) -> None:
+            done(EnvironmentProblem(f"bridge {bridge} refused flow changes: "
+                                             + "; ".join(errors[:5])) if errors else None)
+
+        self.channel.submit(finished, add=[self._cookie_and_ports(link) for link in links])
+
+    def fileno(self) -> int:
+        return self.channel.fileno()
+
+    def read(self) -> None:
+        """The bridge has answered: complete the batches it has applied."""
+        self.channel.read()
+
+    def wait(self) -> None:
+        """Until every submitted batch is complete."""
+        if self._channel is not None:
+            self._channel.wait()
+
+    def in_flight(self) -> int:
+        return self._channel.in_flight() if self._channel is not None else 0
 
     def remove(self, links: list[LinkEnds]) -> None:
         self.channel.change(delete=[self._cookie_and_ports(link)[0] for link in links])

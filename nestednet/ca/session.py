@@ -28,7 +28,7 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgres
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
-from nestednet.ca.server import ControlServer, listen
+from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import UsageError
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
@@ -39,7 +39,7 @@ from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
-from nestednet.model.events import ROUTE, negotiation_summary, route_summary
+from nestednet.model.events import LATENCY_PHASES, ROUTE, negotiation_summary, route_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -137,8 +137,13 @@ def describe_negotiation(negotiation: dict) -> str:
     latency = negotiation["link_up_latency_ms"]
     figures = ", ".join(f"{q} {latency[q]:.0f} ms" for q in ("p50", "p90", "p99")
                         if latency[q] is not None) or "no links made"
+    phases = negotiation.get("latency_breakdown_ms", {})
+    split = "; ".join(f"{name.replace('_', ' ')} {phases[name]['p50']:.1f}/"
+                      f"{phases[name]['p99']:.1f}" for name in LATENCY_PHASES
+                      if name in phases)
     return (f"link requests {negotiation['requests']}, refused {negotiation['refused']}: "
-            f"{reasons}; request -> flows in: {figures}")
+            f"{reasons}; request -> flows in: {figures}"
+            + (f" (p50/p99 ms: {split})" if split else ""))
 
 
 @dataclass
@@ -203,7 +208,7 @@ class CaSession:
             self.shaping_info = self.shaping.check()
             self.events.write("shaping", scenario_time=0.0, **self.shaping_info)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
-                                               *self.address))
+                                               *self.address), nice=CA_NICE)
         self.ca = CommunicationAssistant(
             self.server, self.table, self.installer,
             node_ids={n.name: n.node_id for n in scenario.nodes},
@@ -262,7 +267,8 @@ class CaSession:
 
     def settled(self) -> bool:
         """Every visible pair with a free iPHY on both sides is linked, flows included."""
-        return self.server.call(lambda: not self.table.unlinked_feasible_pairs(), 10)
+        return self.server.call(lambda: not self.table.unlinked_feasible_pairs()
+                                and not self.ca.installing(), 10)
 
     def close(self) -> None:
         """Withdraw every link the CA made (flows included), then stop serving."""

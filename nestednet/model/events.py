@@ -8,9 +8,13 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   visible pairs ``[[a, b], ...]``; ``positions`` (optional): ``{node: [x, y, z]}``.
 - ``link_request``: ``nodes: [src, dst]``, ``iphys: [src_iphy]``; ``sent_wall``
   (optional): when the agent sent it (Unix seconds, the host's clock); ``agent_step``
-  (optional): the step the agent had been told of when it asked.
+  (optional): the step the agent had been told of when it asked; ``received_wall``
+  (optional): when the CA read it; ``held_ms`` (optional): how long it waited there.
+  Recorded when it is decided.
 - ``link_up``: ``nodes: [a, b]``, ``iphys: [a_iphy, b_iphy]`` (a requested);
   ``latency_ms`` (optional): from the visibility change to the flows installed;
+  ``flows_ms``/``flows_wall`` (optional): how long its batch's flow install took
+  and when it was done; ``batch``: links installed in that batch;
   ``properties`` (when the run shapes links): ``{"a_to_b": P, "b_to_a": P}``,
   each P ``{rate_bps, delay_us, jitter_us, loss_pct}`` as applied (rate null:
   not limited), and ``dropped``: properties a rate-only run left out.
@@ -243,12 +247,16 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
     it, less ``held_ms``, the time it waited there), i.e. without the time it spent
     on its way to the CA. ``stale_requests`` counts requests made on
     a step older than the CA's, i.e. that crossed a new step on the way.
+    ``latency_breakdown_ms`` splits request -> flows in where the events carry the
+    stamps (see latency_phases), with ``slowest``: the phases of the slowest link.
     """
     requests = 0
     stale = 0
     refusals: dict[str, int] = {}
-    asked: dict[tuple[str, str], tuple[float, float]] = {}
+    asked: dict[tuple[str, str], tuple[float, float, Event]] = {}
     latencies: dict[str, list[float]] = {"link_up_latency_ms": [], "at_ca_ms": []}
+    phases: dict[str, list[float]] = {name: [] for name in LATENCY_PHASES}
+    slowest: tuple[float, dict[str, float]] | None = None
     for e in events:
         ends = tuple(e.nodes[:2])
         if e.event == LINK_REQUEST:
@@ -260,15 +268,22 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
             if _finite(sent) and e.wall_time is not None:
                 held = e.extra.get("held_ms", 0)
                 received = e.wall_time - (held / 1000 if _finite(held) else 0)
-                asked[ends] = (float(sent), received)
+                asked[ends] = (float(sent), received, e)
         elif e.event == LINK_FAIL:
             reason = (e.reason or "unknown").split(":", 1)[0]
             refusals[reason] = refusals.get(reason, 0) + 1
             asked.pop(ends, None)
         elif e.event == LINK_UP and e.wall_time is not None and ends in asked:
-            sent, logged = asked.pop(ends)
-            latencies["link_up_latency_ms"].append(max(0.0, (e.wall_time - sent) * 1000))
+            sent, logged, request = asked.pop(ends)
+            total = max(0.0, (e.wall_time - sent) * 1000)
+            latencies["link_up_latency_ms"].append(total)
             latencies["at_ca_ms"].append(max(0.0, (e.wall_time - logged) * 1000))
+            split = latency_phases(request, e)
+            if split is not None:
+                for name, value in split.items():
+                    phases[name].append(value)
+                if slowest is None or total > slowest[0]:
+                    slowest = (total, split)
 
     def figures(values: list[float]) -> dict[str, Any]:
         out: dict[str, Any] = {"count": len(values)}
@@ -283,7 +298,37 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
             "refusals": dict(sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))),
             "stale_requests": stale,
             "link_up_latency_ms": figures(latencies["link_up_latency_ms"]),
-            "link_up_latency_at_ca_ms": figures(latencies["at_ca_ms"])}
+            "link_up_latency_at_ca_ms": figures(latencies["at_ca_ms"]),
+            "latency_breakdown_ms": {
+                **{name: figures(values) for name, values in phases.items() if values},
+                **({"slowest": {"total": round(slowest[0], 3),
+                                **{k: round(v, 3) for k, v in slowest[1].items()}}}
+                   if slowest is not None else {})}}
+
+
+LATENCY_PHASES = ("to_ca", "at_ca", "to_install", "install", "after_install")
+"""Where request -> flows in goes, in order: agent send -> CA read (``to_ca``), read ->
+decided (``at_ca``: held, or behind the batch's earlier requests), decided -> its
+batch's flow install starts (``to_install``: the batch's later decisions, shaping),
+the install itself (``install``: flow-mods and barrier), install done -> link_up
+recorded (``after_install``)."""
+
+
+def latency_phases(request: Event, link_up: Event) -> dict[str, float] | None:
+    """The phases (LATENCY_PHASES, ms) of one link's request -> flows in; None unless
+    the request carries ``sent_wall`` and ``received_wall`` and the link_up
+    ``flows_ms`` and ``flows_wall`` (CAs before these stamps wrote none)."""
+    sent, received = request.extra.get("sent_wall"), request.extra.get("received_wall")
+    flows_ms, flows_wall = link_up.extra.get("flows_ms"), link_up.extra.get("flows_wall")
+    stamps = (sent, received, flows_ms, flows_wall, request.wall_time, link_up.wall_time)
+    if not all(_finite(value) for value in stamps):
+        return None
+    decided, started = float(request.wall_time), float(flows_wall) - float(flows_ms) / 1000
+    return {"to_ca": (float(received) - float(sent)) * 1000,
+            "at_ca": (decided - float(received)) * 1000,
+            "to_install": (started - decided) * 1000,
+            "install": float(flows_ms),
+            "after_install": (float(link_up.wall_time) - float(flows_wall)) * 1000}
 
 
 def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:

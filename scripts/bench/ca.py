@@ -87,7 +87,8 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
         for index in range(len(scenario.steps)):
             player.apply_now(index)
             start = time.monotonic()
-            while not (settled := server.call(lambda: not table.unlinked_feasible_pairs())):
+            while not (settled := server.call(lambda: not table.unlinked_feasible_pairs()
+                                              and not ca.installing())):
                 if time.monotonic() - start > (pace or settle_timeout):
                     break
                 time.sleep(0.002)

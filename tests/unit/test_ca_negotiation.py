@@ -8,22 +8,33 @@ checked by the system tests of `nestednet run`.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
 import time
 
 import pytest
+from fake_switch import FakeSwitch
 
+from nestednet.adapters import openflow
 from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca import assistant
 from nestednet.ca import mirror as mirror_module
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
+from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
 from nestednet.ca.session import describe_negotiation, prompt_thread_switches
-from nestednet.model.events import Event, negotiation_summary, percentile, read_events
+from nestednet.model.events import (
+    LATENCY_PHASES,
+    Event,
+    latency_phases,
+    negotiation_summary,
+    percentile,
+    read_events,
+)
 from nestednet.model.link_table import InterNodeLinks
 
 pytestmark = pytest.mark.unit
@@ -45,11 +56,36 @@ class RecordingInstaller:
         self.installed -= set(links)
 
 
-@pytest.fixture
-def lab(tmp_path):
+class SwitchInstaller(MainBridgeInstaller):
+    """The run's installer (pipelined, a real OpenFlow session) against a fake switch."""
+
+    def __init__(self, rundir) -> None:
+        ports = {f"{n}/iphy{j}": k for k, (n, j) in enumerate(
+            ((n, j) for n in NODES for j in range(1, IPHYS + 1)), 1)}
+        super().__init__("br0", lambda node, iphy: ports[f"{node}/{iphy}"],
+                         lambda a, b: (a << 16) | b)
+        self.switch = FakeSwitch(rundir)
+        self._channel = openflow.Channel("br0", rundir=str(rundir), timeout=5)
+        self.installed: set[LinkEnds] = set()
+
+    def submit(self, links, done) -> None:
+        def record(error) -> None:
+            if error is None:
+                self.installed |= set(links)
+            done(error)
+
+        super().submit(links, record)
+
+    def remove(self, links) -> None:
+        super().remove(links)
+        self.installed -= set(links)
+
+
+@pytest.fixture(params=["immediate", "pipelined"])
+def lab(tmp_path, request):
     table = InterNodeLinks({n: range(1, IPHYS + 1) for n in NODES})
     server = ControlServer(listen("127.0.0.1", 0))
-    installer = RecordingInstaller()
+    installer = RecordingInstaller() if request.param == "immediate" else SwitchInstaller(tmp_path)
     ca = CommunicationAssistant(server, table, installer,
                                 node_ids={n: i for i, n in enumerate(NODES, 1)},
                                 control_ips={n: f"10.0.0.{i}" for i, n in enumerate(NODES, 2)},
@@ -320,6 +356,121 @@ def _req(conn: int, src: str, dst: str, iphy: int, req_id: int = 1, **extra) -> 
                   "src_iphy": f"iphy{iphy}", **extra}
 
 
+class HeldInstaller(RecordingInstaller):
+    """A pipelined installer whose batches stay on their way until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_the_way: list[tuple[list[LinkEnds], object]] = []
+
+    def submit(self, links, done) -> None:
+        self.on_the_way.append((links, done))
+
+    def fileno(self) -> int:
+        return -1
+
+    def read(self) -> None:
+        pass
+
+    def release(self, count: int = 1, error: Exception | None = None) -> None:
+        for links, done in self.on_the_way[:count]:
+            if error is None:
+                self.installed |= set(links)
+            done(error)
+        del self.on_the_way[:count]
+
+    def wait(self) -> None:
+        self.release(len(self.on_the_way))
+
+
+class WatchingWire(WireRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.watched: list[object] = []
+
+    def watch(self, fileobj, on_readable) -> None:
+        self.watched.append(fileobj)
+        self.on_readable = on_readable
+
+    def unwatch(self, fileobj) -> None:
+        self.watched.remove(fileobj)
+
+
+def _pipelined_ca(inventory: dict[str, list[int]]):
+    wire, installer = WatchingWire(), HeldInstaller()
+    ca = CommunicationAssistant(wire, InterNodeLinks(inventory), installer,
+                                node_ids={n: i for i, n in enumerate(inventory, 1)},
+                                control_ips=dict.fromkeys(inventory, "10.0.0.9"),
+                                events=EventLog(None))
+    ca.on_messages([(k, {"type": p.HELLO, "node": n, "iphys": [
+        {"name": f"iphy{i}", "inter_ip": "10.1.0.1", "up": True} for i in inventory[n]]})
+        for k, n in enumerate(inventory, 1)])
+    ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("b", "c")])
+    for conn in wire.sent:
+        wire.sent[conn].clear()
+    return ca, wire, installer
+
+
+def test_answers_wait_for_their_flows_while_the_ca_decides_on():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1]})
+    ca.on_messages([_req(1, "a", "b", 2), _req(3, "c", "b", 1, req_id=7)])
+    assert installer.installed == set() and ca.installing()
+    assert wire.watched == [installer]
+    assert all(not msgs for msgs in wire.sent.values())  # no answer before the flows
+    # a request that arrives meanwhile is decided at once (refused: c has no iPHY left)...
+    ca.on_messages([_req(1, "a", "c", 1, req_id=2)])
+    assert [e.event for e in ca.events.records][-2:] == ["link_request", "link_fail"]
+    assert all(not msgs for msgs in wire.sent.values())  # ...but answered after the flows
+    installer.release()
+    assert not ca.installing()
+    assert wire.kinds(2) == [p.LINK_UP, p.LINK_UP]
+    assert wire.kinds(1) == [p.LINK_OK, p.FULL, p.LINK_FAIL]
+    assert [m["req_id"] for m in wire.sent[1] if "req_id" in m] == [1, 2]
+    assert wire.kinds(3)[0] == p.LINK_OK
+    up = [e for e in ca.events.records if e.event == "link_up"]
+    assert [e.extra["batch"] for e in up] == [2, 2]
+
+
+def test_a_broken_session_with_the_bridge_fails_the_batches_on_their_way():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.on_messages([_req(1, "a", "b", 2)])
+
+    def broken() -> None:
+        raise ConnectionResetError("bridge gone")
+
+    installer.read = broken
+    wire.on_readable()
+    assert wire.watched == [] and not ca.installing() and ca.table.links() == []
+    assert wire.sent[1][-1]["reason"] == "flow_install_failed"
+    installer.submit = lambda links, done: broken()
+    ca.on_messages([_req(3, "c", "b", 2, req_id=4)])  # refused at once, nothing stuck
+    assert not ca.installing() and wire.sent[3][-1]["reason"] == "flow_install_failed"
+
+
+def test_batches_are_answered_in_the_order_they_were_decided():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.on_messages([_req(1, "a", "b", 2)])
+    ca.on_messages([_req(3, "c", "b", 2, req_id=5)])
+    assert len(installer.on_the_way) == 2
+    installer.release()
+    assert wire.kinds(1) == [p.LINK_OK] and wire.kinds(3) == []
+    installer.release()
+    assert wire.kinds(3) == [p.LINK_OK] and wire.kinds(2) == [p.LINK_UP, p.LINK_UP]
+
+
+def test_a_refused_batch_takes_its_links_back_and_a_step_waits_for_the_flows():
+    ca, wire, installer = _pipelined_ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
+    ca.on_messages([_req(1, "a", "b", 2)])
+    installer.release(error=RuntimeError("refused"))
+    assert ca.table.links() == [] and wire.sent[1][-1]["reason"] == "flow_install_failed"
+    ca.on_messages([_req(1, "a", "b", 2, req_id=2)])
+    ca.apply_step(1, 6.0, [("a", "b")])  # the step answers the batch first, then tells
+    assert wire.kinds(1)[-2:] == [p.LINK_OK, p.STEP]
+    assert [(lk["peer"], lk["local_iphy"]) for lk in wire.sent[1][-1]["links"]] == [
+        ("b", "iphy2")]
+    assert installer.installed and not ca.installing()
+
+
 def test_step_is_one_message_with_visibility_and_the_links_left():
     ca, wire, installer = _ca({"a": [1, 2], "b": [1, 2], "c": [1, 2]})
     ca.apply_step(0, 0.0, [("a", "b"), ("a", "c")])
@@ -588,10 +739,16 @@ def test_requests_record_the_agents_step_and_send_time():
     ca, _, _ = _ca({"a": [1], "b": [1]})
     ca.apply_step(0, 0.0, [("a", "b")])
     ca.apply_step(1, 1.0, [("a", "b")])
+    before = time.time()
     ca.on_messages([_req(1, "a", "b", 1, step=0, sent=1234.5)])
     request = next(e for e in ca.events.records if e.event == "link_request")
+    received = request.extra.pop("received_wall")
+    assert before <= received <= request.wall_time
     assert request.step == 1 and request.extra == {"agent_step": 0, "sent_wall": 1234.5}
     assert negotiation_summary(ca.events.records)["stale_requests"] == 1
+    up = next(e for e in ca.events.records if e.event == "link_up")
+    assert up.extra["batch"] == 1 and up.extra["flows_ms"] >= 0
+    assert received <= up.extra["flows_wall"] <= up.wall_time
 
 
 def test_protocol_validates_step_and_the_optional_request_fields():
@@ -713,6 +870,36 @@ def test_negotiation_summary_counts_reasons_and_times_requests_to_flows():
     assert summary["link_up_latency_at_ca_ms"]["p99"] == 70.0
 
 
+def test_negotiation_summary_splits_latency_into_phases():
+    # sent 100.000, read 100.004, decided 100.006, install 100.009-100.015, link_up 100.016
+    request = _e("link_request", ("a", "b"), 100.006,
+                 extra={"sent_wall": 100.000, "received_wall": 100.004})
+    up = _e("link_up", ("a", "b"), 100.016, extra={"flows_ms": 6.0, "flows_wall": 100.015,
+                                                     "batch": 2})
+    phases = latency_phases(request, up)
+    assert phases == pytest.approx({"to_ca": 4.0, "at_ca": 2.0, "to_install": 3.0,
+                                    "install": 6.0, "after_install": 1.0}, abs=1e-6)
+    assert sum(phases.values()) == pytest.approx(16.0, abs=1e-6)
+    assert list(phases) == list(LATENCY_PHASES)
+    slow = [_e("link_request", ("c", "d"), 200.050,
+               extra={"sent_wall": 200.0, "received_wall": 200.040}),
+            _e("link_up", ("c", "d"), 200.100, extra={"flows_ms": 40.0, "flows_wall": 200.095})]
+    old = [_e("link_request", ("e", "f"), 300.0), _e("link_up", ("e", "f"), 300.010)]
+    summary = negotiation_summary([request, up, *slow, *old])
+    breakdown = summary["latency_breakdown_ms"]
+    assert summary["link_up_latency_ms"]["count"] == 3  # the unstamped one counts here...
+    assert breakdown["install"] == {"count": 2, "p50": 6.0, "p90": 40.0, "p99": 40.0}
+    assert breakdown["to_ca"]["p50"] == pytest.approx(4.0)  # ...but has no phases
+    assert breakdown["slowest"] == pytest.approx({"total": 100.0, "to_ca": 40.0, "at_ca": 10.0,
+                                                  "to_install": 5.0, "install": 40.0,
+                                                  "after_install": 5.0}, abs=1e-3)
+    assert latency_phases(old[0], old[1]) is None
+    assert describe_negotiation(summary).endswith(
+        "(p50/p99 ms: to ca 4.0/40.0; at ca 2.0/10.0; to install 3.0/5.0; install 6.0/40.0; "
+        "after install 1.0/5.0)")
+    assert negotiation_summary(old)["latency_breakdown_ms"] == {}
+
+
 def test_negotiation_summary_of_nothing_and_percentiles():
     empty = negotiation_summary([])
     assert empty["requests"] == 0 and empty["refused_share"] == 0.0
@@ -729,23 +916,34 @@ def test_negotiation_summary_of_nothing_and_percentiles():
                     "p50 12 ms, p90 12 ms, p99 12 ms")
 
 
-def test_agent_polls_its_iphys_without_blocking():
-    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
-                              iphys={"iphy1": "127.0.0.1", "iphy2": "no-such-host.invalid"}))
-    agent.start_poll()
-    agent.start_poll()  # a poll under way is not started twice
-    assert len(agent._pings) == 2
-    deadline = time.monotonic() + 10
-    while (changed := agent.finish_poll()) is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert changed is True
-    assert agent.state.iphys_up == {"iphy1": True, "iphy2": False}
-    assert agent.finish_poll() is None  # nothing under way
-    agent.start_poll()
-    while (changed := agent.finish_poll()) is None:
-        time.sleep(0.01)
-    assert changed is False
+def test_agent_forgets_the_last_runs_visibility_on_a_new_id():
+    agent = _agent()
+    agent.handle({"type": p.STEP, "step": 9, "time": 54.0, "peers": ["b", "c"], "links": []})
+    agent.state.pending.clear()  # that CA went away; its answers will not come
+    agent.state.refused.add("c")
+    # The next run's CA has not started a step: the old peers must not be asked (they
+    # would be refused as not_visible), nor stay refused in the steps to come.
+    assert agent.handle({"type": p.ID, "node": "a", "node_id": 1, "control_ip": "10.0.0.2",
+                         "links": []}) == []
+    assert agent.state.visible == [] and agent.state.step == -1 and not agent.state.refused
+    out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0, "peers": ["c"],
+                              "links": []}))
+    assert [(m["dst_node"], m["step"]) for m in out] == [("c", 0)]
+
+
+def test_the_ca_thread_takes_the_nice_value_it_is_given(tmp_path):
+    server = ControlServer(listen("127.0.0.1", 0), nice=os.getpriority(os.PRIO_PROCESS, 0) + 3)
+    seen = []
+    server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
+                                        node_ids={}, control_ips={},
+                                        events=EventLog(tmp_path / "e.jsonl")))
+    try:
+        seen.append(server.call(lambda: os.getpriority(os.PRIO_PROCESS,
+                                                       threading.get_native_id())))
+    finally:
+        server.stop()
+    assert seen == [server.nice]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == server.nice - 3  # the caller's is unchanged
 
 
 def test_runs_switch_threads_promptly_and_restore_the_interval_after():
