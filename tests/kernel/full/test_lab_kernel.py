@@ -125,7 +125,9 @@ def test_doctor_reports_kernel_datapath_netem_and_cgroup(lab: str):
     done = nn("doctor", "--json")
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     assert done.returncode == 0, checks
-    assert checks["datapath"]["detail"].startswith("kernel datapath"), checks["datapath"]
+    detail = checks["datapath"]["detail"]
+    assert "main bridge: kernel datapath" in detail, detail
+    assert "node bridges: kernel datapath" in detail, detail
     assert checks["qdisc:netem"]["ok"], checks["qdisc:netem"]
     assert checks["cgroup"]["ok"] and cgroup_version() in checks["cgroup"]["detail"]
     if in_full_kernel_vm():
