@@ -60,10 +60,16 @@ def _schema_helper(remote: str):
     return helper
 
 
+TRANSACTION_TIMEOUT = 60
+"""Seconds a transaction may take, including ovs-vswitchd applying it. A bound for a stuck
+switch, not a speed: seen over 10 s for deleting a bridge with kernel-datapath ports in the
+software-emulated VM on a loaded machine (`scripts/test kernel-full`)."""
+
+
 class Ovsdb:
     """A connection to one ovsdb-server (Open_vSwitch database)."""
 
-    def __init__(self, remote: str = HOST_DB, *, timeout: int = 10) -> None:
+    def __init__(self, remote: str = HOST_DB, *, timeout: int = TRANSACTION_TIMEOUT) -> None:
         from ovsdbapp.backend.ovs_idl import connection
         from ovsdbapp.schema.open_vswitch import impl_idl
 
