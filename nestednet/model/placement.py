@@ -98,8 +98,11 @@ def parse_pins(items: Iterable[str], shape: topo.Shape, hosts: HostSet) -> dict[
         node, sep, host = item.partition("=")
         if not sep or not node or not host:
             raise UsageError(f"--place {item!r}: write NODE=HOST, e.g. n1={hosts.names()[0]}")
-        number = shape.check_node(node.strip())
-        hosts.named(host.strip())
+        try:
+            number = shape.check_node(node.strip())
+            hosts.named(host.strip())
+        except UsageError as exc:
+            raise UsageError(f"--place {item!r}: {exc}", hint=exc.hint) from None
         if number in pins and pins[number] != host.strip():
             raise UsageError(f"--place {item!r}: {node} is already placed on {pins[number]}")
         pins[number] = host.strip()

@@ -199,3 +199,23 @@ def test_vni_from_the_lab_name_is_stable_and_in_range():
     assert tn.vni_base("lab", hs) != tn.vni_base("lab2", hs)
     assert 1 <= tn.vni_base("zz", hs) <= 2**24 - tn.VNI_PAIRS
     assert tn.inner_mtu(1500) == 1446
+
+
+@pytest.mark.unit
+def test_hosts_plan_cli_prints_placement_and_tunnels(tmp_path):
+    from click.testing import CliRunner
+
+    from nestednet.cli import main
+
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps({"hosts": TWO}))
+    result = CliRunner().invoke(main, ["hosts", "plan", "--hosts", str(path), "-n", "3",
+                                       "--place", "n1=hostB", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [h["nodes"] for h in doc["hosts"]] == [["n2", "n3"], ["n1"]]
+    assert doc["hosts"][0]["tunnels"][0]["peer"] == "hostB"
+    bad = CliRunner().invoke(main, ["hosts", "plan", "--hosts", str(path), "-n", "3",
+                                    "--place", "n1=hostC"])
+    assert bad.exit_code == 2
+    assert "--place 'n1=hostC': no host named 'hostC'" in bad.output
