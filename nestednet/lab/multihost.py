@@ -18,10 +18,10 @@ a crashed run left.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from ipaddress import IPv4Address
 from pathlib import Path
 
 import docker
@@ -163,10 +163,13 @@ def wire_iphy(lab: str, dp: DataPlane, host: HostHandle, node: int, iphy: int,
     inner = topo.veth_name(lab, node, "inter-child", iphy)
     mtu = inner_mtu()
     with netlink.route(host.netns) as ipr:
-        netlink.add_veth(ipr, outer, inner, offloads=False)
+        # Offloads stay on: the parent image's OVS runs with userspace TSO (nestednet.datapath).
+        netlink.add_veth(ipr, outer, inner, offloads=True)
         netlink.move(ipr, inner, child_pid, topo.CHILD_INTER_IF)
         netlink.up(ipr, outer)
-    netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(iphy))
+    no_intra = f"/{topo.CHILD_INTRA_IF}/"  # this slice wires no intra-node net yet
+    netlink.write_sysctls(netlink.netns_path(child_pid),
+                          {k: v for k, v in component_sysctls(iphy).items() if no_intra not in k})
     with netlink.route(netlink.netns_path(child_pid)) as child:
         ipr_index = netlink.index(child, topo.CHILD_INTER_IF)
         child.link("set", index=ipr_index, mtu=mtu)
@@ -247,7 +250,7 @@ def delete_lab(lab: str, manager: docker.DockerClient,
                     removed.append(f"{host.name}: interface {name}")
         for state in host.state_here.glob(f"{lab}-n*"):
             with contextlib.suppress(OSError):
-                _remove_tree(state)
+                shutil.rmtree(state)
                 removed.append(f"{host.name}: {state.name}/")
     return removed
 
@@ -272,14 +275,3 @@ def _lab_interfaces(ipr, lab: str) -> list[str]:
     return [n for n in names if n and n.startswith(f"{lab}-")]
 
 
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path)
-
-
-def underlay_address(ipr, dev: str = "eth0") -> IPv4Address:
-    """The first IPv4 address on ``dev`` (an emulated host's underlay address)."""
-    for addr in ipr.get_addr(index=netlink.index(ipr, dev), family=2):
-        return IPv4Address(addr.get_attr("IFA_ADDRESS"))
-    raise EnvironmentProblem(f"no IPv4 address on {dev}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,12 +102,10 @@ def start(prefix: str, count: int = 2, root: Path | None = None) -> EmulatedHost
                                  listen_addr=f"{addresses[names.index(name)]}:2377")
     timings["swarm_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    archive = root / "dind.tar"
-    subprocess.run(["docker", "save", "-o", str(archive), images.DIND_IMAGE], check=True)
+    archive = images.image_archive(client, images.DIND_IMAGE, kind=f"emulated-{prefix}")
     for name in names:
         with open(archive, "rb") as tar:
             engines[name].images.load(tar)
-    archive.unlink()
     timings["image_load_s"] = time.monotonic() - t0
     handles = {}
     for name in names:

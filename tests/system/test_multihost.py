@@ -6,7 +6,6 @@ both hosts. Marked `multihost` (and `system`); run with `scripts/test multihost`
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import emulated_hosts
@@ -34,9 +33,9 @@ def hosts():
         emulated.close()
 
 
-def ping(inner, address: str, count: int = 3) -> int:
-    """Replies received from ``address`` by iphy1 of a node (its inner engine)."""
-    result = inner.containers.get("iphy1").exec_run(
+def ping(inner, address: str, count: int = 3, iphy: str = "iphy1") -> int:
+    """Replies received from ``address`` by one iPHY of a node (its inner engine)."""
+    result = inner.containers.get(iphy).exec_run(
         ["ping", "-c", str(count), "-W", "1", "-i", "0.3", address])
     for line in result.output.decode().splitlines():
         if "received" in line:
@@ -44,15 +43,14 @@ def ping(inner, address: str, count: int = 3) -> int:
     return 0
 
 
-def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts, tmp_path):
-    shape = topo.Shape(3, 1)
+def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):
+    shape = topo.Shape(3, 2)
     placement = pl.place(shape, hosts.hostset, "spread")
     assert placement == {1: hosts.names[0], 2: hosts.names[1], 3: hosts.names[0]}
     plan = AddressPlan.for_shape(shape)
     dp = DataPlane.of(LAB, plan, hosts.hostset, placement)
     timings: dict[str, float] = dict(hosts.timings)
-    archive = tmp_path / "component.tar"
-    subprocess.run(["docker", "save", "-o", str(archive), images.COMPONENT_IMAGE], check=True)
+    archive = images.image_archive(hosts.client, images.COMPONENT_IMAGE, kind="emulated")
     inners = {}
     try:
         t0 = time.monotonic()
@@ -73,26 +71,29 @@ def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts, tm
                 mh.wire_iphy(LAB, dp, hosts.handles[host], node, iphy, machine_pids[pid])
         timings["children_wired_s"] = time.monotonic() - t0
 
-        n1, n2, n3 = E(1, 1), E(2, 1), E(3, 1)
-        to_n2 = str(plan.inter_address(2, 1).ip)
-        to_n3 = str(plan.inter_address(3, 1).ip)
-        assert ping(inners[1], to_n2, 2) == 0, "no link yet: the secure bridges must drop"
+        both = sorted(hosts.names[:2])
+        n2_1 = str(plan.inter_address(2, 1).ip)
+        n2_2 = str(plan.inter_address(2, 2).ip)
+        n3_2 = str(plan.inter_address(3, 2).ip)
+        assert ping(inners[1], n2_1, 2) == 0, "no link yet: the secure bridges must drop"
 
-        assert mh.link_add(LAB, dp, hosts.handles, n1, n2) == sorted(hosts.names[:2])
-        assert ping(inners[1], to_n2) == 3
-        rtt = _rtt(inners[1], to_n2)
-        assert mh.link_add(LAB, dp, hosts.handles, n3, E(2, 1)) == sorted(hosts.names[:2])
-        # n2:iphy1 is taken by n1 (the runtime trusts Algorithm 1's checks upstream); both
-        # cross-host links' rules coexist by tag, and deleting one leaves the other.
-        mh.link_del(LAB, dp, hosts.handles, n3, E(2, 1))
-        assert ping(inners[1], to_n2) == 3
+        assert mh.link_add(LAB, dp, hosts.handles, E(1, 1), E(2, 1)) == both
+        assert ping(inners[1], n2_1) == 3
+        rtt = _rtt(inners[1], n2_1)
+        # A second link through the same tunnel, told apart by its tag (n2's slot 2).
+        assert mh.link_add(LAB, dp, hosts.handles, E(3, 1), E(2, 2)) == both
+        assert ping(inners[3], n2_2) == 3
+        assert ping(inners[1], n2_2, 2) == 0, "n1:iphy1 is linked to n2:iphy1 only"
+        assert len(mh.links(LAB, hosts.handles.values())) == 2
 
-        assert mh.link_del(LAB, dp, hosts.handles, n1, n2) == sorted(hosts.names[:2])
-        assert ping(inners[1], to_n2, 2) == 0
+        assert mh.link_del(LAB, dp, hosts.handles, E(1, 1), E(2, 1)) == both
+        assert ping(inners[1], n2_1, 2) == 0
+        assert ping(inners[3], n2_2) == 3, "deleting one link leaves the other"
+        mh.link_del(LAB, dp, hosts.handles, E(3, 1), E(2, 2))
         assert mh.links(LAB, hosts.handles.values()) == set()
 
-        assert mh.link_add(LAB, dp, hosts.handles, n1, n3) == [hosts.names[0]]
-        assert ping(inners[1], to_n3) == 3
+        assert mh.link_add(LAB, dp, hosts.handles, E(1, 2), E(3, 2)) == [hosts.names[0]]
+        assert ping(inners[1], n3_2, iphy="iphy2") == 3
         print("multihost timings", json.dumps({k: round(v, 1) for k, v in timings.items()}),
               "cross-host rtt", rtt)
     finally:
