@@ -219,3 +219,16 @@ def test_hosts_plan_cli_prints_placement_and_tunnels(tmp_path):
                                     "--place", "n1=hostC"])
     assert bad.exit_code == 2
     assert "--place 'n1=hostC': no host named 'hostC'" in bad.output
+
+
+@pytest.mark.unit
+def test_host_flow_lines_push_and_pop_the_tag():
+    from nestednet.adapters import openflow
+
+    assert openflow.host_flow_line(0x4E4E000001000002, 2, 65001, push_tag=3) == (
+        "add cookie=0x4e4e000001000002,priority=100,in_port=2,"
+        "actions=push_vlan:0x8100,set_field:4099->vlan_vid,output:65001")
+    assert openflow.host_flow_line(0x4E4E000001000002, 65001, 2, match_tag=2) == (
+        "add cookie=0x4e4e000001000002,priority=100,in_port=65001,dl_vlan=2,"
+        "actions=pop_vlan,output:2")
+    assert openflow.host_flow_line(1, 1, 8) == openflow.patch_lines(1, 1, 8)[0]
