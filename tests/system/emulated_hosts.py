@@ -102,10 +102,13 @@ def start(prefix: str, count: int = 2, root: Path | None = None) -> EmulatedHost
                                  listen_addr=f"{addresses[names.index(name)]}:2377")
     timings["swarm_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    archive = images.image_archive(client, images.DIND_IMAGE, kind=f"emulated-{prefix}")
-    for name in names:
-        with open(archive, "rb") as tar:
-            engines[name].images.load(tar)
+    archive = images.image_archive(client, images.DIND_IMAGE, kind="emulated-host")
+    try:
+        for name in names:
+            with open(archive, "rb") as tar:
+                engines[name].images.load(tar)
+    finally:
+        archive.unlink(missing_ok=True)
     timings["image_load_s"] = time.monotonic() - t0
     handles = {}
     for name in names:

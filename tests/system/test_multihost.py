@@ -97,6 +97,7 @@ def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):
         print("multihost timings", json.dumps({k: round(v, 1) for k, v in timings.items()}),
               "cross-host rtt", rtt)
     finally:
+        archive.unlink(missing_ok=True)
         for inner in inners.values():
             inner.close()
         removed = mh.delete_lab(LAB, hosts.manager, hosts.handles.values())
