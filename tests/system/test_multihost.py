@@ -94,8 +94,16 @@ def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):
 
         assert mh.link_add(LAB, dp, hosts.handles, E(1, 2), E(3, 2)) == [hosts.names[0]]
         assert ping(inners[1], n3_2, iphy="iphy2") == 3
+        same_rtt = _rtt(inners[1], n3_2, "iphy2")
+
+        # TCP too: through the tunnel (offloads on, userspace TSO) and on one host.
+        assert mh.link_add(LAB, dp, hosts.handles, E(1, 1), E(2, 1)) == both
+        cross_bps = _iperf(inners[2], inners[1], n2_1, "iphy1")
+        same_bps = _iperf(inners[3], inners[1], n3_2, "iphy2")
+        assert cross_bps > 0 and same_bps > 0
         print("multihost timings", json.dumps({k: round(v, 1) for k, v in timings.items()}),
-              "cross-host rtt", rtt)
+              f"\ncross-host {rtt}\nsame-host {same_rtt}\niperf3 3 s: cross-host "
+              f"{cross_bps / 1e6:.0f} Mbit/s, same-host {same_bps / 1e6:.0f} Mbit/s")
     finally:
         archive.unlink(missing_ok=True)
         for inner in inners.values():
@@ -105,6 +113,19 @@ def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):
     assert mh.leftovers(LAB, hosts.manager, hosts.handles.values()) == []
 
 
-def _rtt(inner, address: str) -> str:
-    out = inner.containers.get("iphy1").exec_run(["ping", "-c", "5", "-i", "0.2", address])
+def _rtt(inner, address: str, iphy: str = "iphy1") -> str:
+    out = inner.containers.get(iphy).exec_run(["ping", "-c", "10", "-i", "0.2", address])
     return out.output.decode().strip().splitlines()[-1]
+
+
+def _iperf(server_inner, client_inner, address: str, iphy: str) -> float:
+    """Received bits/s of a 3 s iperf3 from ``client_inner``'s iPHY to ``address``."""
+    server = server_inner.containers.get(iphy)
+    server.exec_run(["iperf3", "-s", "-1", "-B", address], detach=True)
+    time.sleep(1)
+    out = client_inner.containers.get(iphy).exec_run(
+        ["timeout", "20", "iperf3", "-c", address, "-t", "3", "-J", "--connect-timeout", "3000"])
+    try:
+        return float(json.loads(out.output.decode())["end"]["sum_received"]["bits_per_second"])
+    except (ValueError, KeyError):
+        return 0.0
