@@ -232,3 +232,27 @@ def test_host_flow_lines_push_and_pop_the_tag():
         "add cookie=0x4e4e000001000002,priority=100,in_port=65001,dl_vlan=2,"
         "actions=pop_vlan,output:2")
     assert openflow.host_flow_line(1, 1, 8) == openflow.patch_lines(1, 1, 8)[0]
+
+
+@pytest.mark.unit
+def test_inner_runc_wrapper_adds_no_keyring_and_no_pivot_to_create_and_run_only(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    wrapper = Path(__file__).parents[2] / "images" / "dind" / "runc-no-keyring"
+    fake = tmp_path / "runc"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+
+    def run(*args: str) -> str:
+        return subprocess.run(["sh", str(wrapper), *args], env=env, capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    assert run("--root", "/r", "--log-format", "json", "create", "--bundle", "b", "id") == (
+        "--root /r --log-format json create --no-new-keyring --no-pivot --bundle b id")
+    assert run("--root", "/r", "run", "x") == "--root /r run --no-new-keyring --no-pivot x"
+    assert run("--root", "/r", "delete", "create") == "--root /r delete create"
+    assert run("--root", "run", "--log", "create", "state", "x") == (
+        "--root run --log create state x")
