@@ -34,6 +34,7 @@ from nestednet.errors import EnvironmentProblem
 from nestednet.lab.design import labels
 from nestednet.lab.links import COOKIE_MARK, PORT_BITS
 from nestednet.lab.wiring import LAB_ID, component_sysctls
+from nestednet.model import link_rules
 from nestednet.model import topology as topo
 from nestednet.model.tunnels import VXLAN_PORT, DataPlane, Tunnel, inner_mtu
 
@@ -185,8 +186,12 @@ def wire_iphy(lab: str, dp: DataPlane, host: HostHandle, node: int, iphy: int,
 
 def link_add(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
              b: topo.Endpoint) -> list[str]:
-    """Install link a-b: its rules on each host it touches (one bundle per host).
-    Returns the hosts changed."""
+    """Check Algorithm 1's rules against the links on every host, then install link a-b:
+    its rules on each host it touches (one bundle per host). Returns the hosts changed.
+
+    The check and the write are not under one lock across hosts yet: callers on one
+    machine serialise through the lab lock (nestednet.lab.lock), as `link add` does."""
+    link_rules.check_new_link(current_links(lab, dp, hosts.values()), a, b)
     cookie = link_cookie(dp.plan.port_number(a.node, a.iphy),
                          dp.plan.port_number(b.node, b.iphy))
     per_host: dict[str, list[str]] = {}
@@ -201,6 +206,7 @@ def link_add(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.E
 
 def link_del(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
              b: topo.Endpoint) -> list[str]:
+    link_rules.find_link(current_links(lab, dp, hosts.values()), a, b)
     cookie = link_cookie(dp.plan.port_number(a.node, a.iphy),
                          dp.plan.port_number(b.node, b.iphy))
     names = dp.hosts_of_link(a, b)
@@ -208,6 +214,19 @@ def link_del(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.E
         openflow.apply(hosts[name].bridge_target(topo.main_bridge(lab)),
                        [openflow.delete_line(cookie)])
     return names
+
+
+def current_links(lab: str, dp: DataPlane,
+                  hosts: Iterable[HostHandle]) -> list[link_rules.Link]:
+    """The links on all hosts' main bridges, from their flows' cookies."""
+    m = dp.plan.shape.iphys
+
+    def end(port: int) -> topo.Endpoint:
+        return topo.Endpoint((port - 1) // m + 1, (port - 1) % m + 1)
+
+    mask = (1 << PORT_BITS) - 1
+    return sorted(link_rules.normalized(end((c >> PORT_BITS) & mask), end(c & mask))
+                  for c in links(lab, hosts))
 
 
 def links(lab: str, hosts: Iterable[HostHandle]) -> set[int]:

@@ -12,6 +12,7 @@ import emulated_hosts
 import pytest
 
 from nestednet import images
+from nestednet.errors import UsageError
 from nestednet.lab import multihost as mh
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
@@ -84,7 +85,10 @@ def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):
         assert mh.link_add(LAB, dp, hosts.handles, E(3, 1), E(2, 2)) == both
         assert ping(inners[3], n2_2) == 3
         assert ping(inners[1], n2_2, 2) == 0, "n1:iphy1 is linked to n2:iphy1 only"
-        assert len(mh.links(LAB, hosts.handles.values())) == 2
+        assert mh.current_links(LAB, dp, hosts.handles.values()) == [
+            (E(1, 1), E(2, 1)), (E(2, 2), E(3, 1))]
+        with pytest.raises(UsageError):  # Algorithm 1 across hosts: n2:iphy1 is taken
+            mh.link_add(LAB, dp, hosts.handles, E(3, 2), E(2, 1))
 
         assert mh.link_del(LAB, dp, hosts.handles, E(1, 1), E(2, 1)) == both
         assert ping(inners[1], n2_1, 2) == 0
