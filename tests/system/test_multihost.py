@@ -12,6 +12,7 @@ import emulated_hosts
 import pytest
 
 from nestednet import images
+from nestednet.capabilities.hosts import host_checks
 from nestednet.errors import UsageError
 from nestednet.lab import multihost as mh
 from nestednet.model import placement as pl
@@ -42,6 +43,16 @@ def ping(inner, address: str, count: int = 3, iphy: str = "iphy1") -> int:
         if "received" in line:
             return int(line.split(",")[1].split()[0])
     return 0
+
+
+def test_doctor_hosts_passes_on_the_emulated_hosts(hosts):
+    for name, host in zip(hosts.names, hosts.hostset.hosts, strict=True):
+        handle = hosts.handles[name]
+        described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
+                            f"unix:{handle.state_here}/ovs/db.sock")
+        checks = host_checks(described, images.DIND_IMAGE)
+        assert [c.name for c in checks if not c.ok] == [], checks
+        print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
 
 
 def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):

@@ -256,3 +256,36 @@ def test_inner_runc_wrapper_adds_no_keyring_and_no_pivot_to_create_and_run_only(
     assert run("--root", "/r", "delete", "create") == "--root /r delete create"
     assert run("--root", "run", "--log", "create", "state", "x") == (
         "--root run --log create state x")
+
+
+@pytest.mark.unit
+def test_doctor_hosts_engine_checks_from_docker_info():
+    from nestednet.capabilities.hosts import clock_skew, engine_checks
+
+    host = pl.Host("hostA", "10.0.0.1")
+    now = 1_700_000_000.0
+    info = {"ServerVersion": "20.10.24", "Name": "hostA",
+            "Swarm": {"LocalNodeState": "active", "NodeID": "abc", "NodeAddr": "10.0.0.1"},
+            "SecurityOptions": ["name=seccomp,profile=default"],
+            "SystemTime": "2023-11-14T22:13:20.250000000Z"}
+    checks = {c.name: c for c in engine_checks(host, info, True, "img", now)}
+    assert all(c.ok for c in checks.values())
+    assert checks["hostA clock"].detail == "+250 ms from this machine"
+    assert "--no-new-keyring" in checks["hostA seccomp"].detail
+    info["Swarm"] = {"LocalNodeState": "active", "NodeAddr": "10.0.0.9"}
+    info["SystemTime"] = "2023-11-14T22:13:22+00:00"
+    bad = {c.name: c for c in engine_checks(host, info, False, "img", now)}
+    assert not bad["hostA address"].ok and not bad["hostA parent image"].ok
+    assert not bad["hostA clock"].ok and "chrony" in bad["hostA clock"].fix
+    inactive = engine_checks(host, {"Swarm": {"LocalNodeState": "inactive"}}, True, "img", now)
+    assert [c.name for c in inactive if not c.ok] == ["hostA swarm", "hostA clock"]
+    assert clock_skew("garbage", now) is None
+
+
+@pytest.mark.unit
+def test_doctor_hosts_without_engine_or_ovsdb_says_what_to_add():
+    from nestednet.capabilities.hosts import host_checks
+
+    checks = host_checks(pl.Host("hostA", "10.0.0.1"), "img")
+    assert [(c.name, c.ok) for c in checks] == [("hostA engine", False), ("hostA ovs", False)]
+    assert '"engine"' in checks[0].fix and '"ovsdb"' in checks[1].fix
