@@ -29,6 +29,7 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
     every host of a multi-host lab (docs/multihost.md).
     """
     if hosts_file is not None:
+        # Lazy: the docker SDK and python-ovs add start-up time to the plain `doctor`.
         from nestednet import images
         from nestednet.capabilities.hosts import host_checks
         from nestednet.model.placement import load_hosts
