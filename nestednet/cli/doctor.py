@@ -48,7 +48,11 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
             out_console.print(f"{status}  {c.name:<{width}}  {c.detail}", soft_wrap=True)
             if c.fix:
                 out_console.print(f"         {'':<{width}}  fix: {c.fix}", soft_wrap=True)
-        verdict = "ready for `nestednet create`" if ready else "NOT ready for `nestednet create`"
+        subject = "every host ready" if hosts_file is not None else "ready"
+        verdict = (f"{subject} for `nestednet create`" if ready
+                   else f"NOT {subject} for `nestednet create`")
+        if hosts_file is not None:
+            verdict += " (multi-host create is not built yet: docs/multihost.md)"
         out_console.print(f"\n{verdict}")
     sys.exit(ExitStatus.OK if ready else ExitStatus.FAILURE)
 
