@@ -28,14 +28,17 @@ import docker
 import docker.errors
 import docker.types
 
-from nestednet.adapters import netlink, openflow
+from nestednet.adapters import netlink, openflow, tc
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.design import labels
 from nestednet.lab.links import COOKIE_MARK, PORT_BITS
+from nestednet.lab.shaping import iphy_port
 from nestednet.lab.wiring import LAB_ID, component_sysctls
-from nestednet.model import link_rules
+from nestednet.model import link_rules, tcplan
 from nestednet.model import topology as topo
+from nestednet.model.link_properties import LinkProperties
+from nestednet.model.shaping_policy import SHAPER, ShapingPolicy
 from nestednet.model.tunnels import VXLAN_PORT, DataPlane, Tunnel, inner_mtu
 
 PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
@@ -214,6 +217,27 @@ def link_del(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.E
         openflow.apply(hosts[name].bridge_target(topo.main_bridge(lab)),
                        [openflow.delete_line(cookie)])
     return names
+
+
+def shape_link(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
+               b: topo.Endpoint, properties: LinkProperties,
+               policy: ShapingPolicy) -> list[str]:
+    """Shape both directions of link a-b exactly as on one host: direction x -> y on y's
+    main-bridge port, which is on y's host, so a cross-host link is shaped by two hosts.
+    Call before `link_add` (no unshaped packet crosses). Returns host:port per direction.
+
+    Not recorded for rollback yet: the ports' trees go with the veths at `delete_lab`."""
+    policy.check(properties, f"{a}-{b}")
+    shaped = []
+    for src, dst in ((a, b), (b, a)):
+        host = hosts[dp.host_of(dst)]
+        port = iphy_port(lab, dst)
+        tc.disable_offloads(host.netns, [port])
+        tc.build(tcplan.port_tree_ops(port, f"{src}->{dst}", policy.shape(properties), SHAPER,
+                                      netem=policy.netem),
+                 host.netns, [port], [], "nestednet")
+        shaped.append(f"{host.name}:{port}")
+    return shaped
 
 
 def current_links(lab: str, dp: DataPlane,

@@ -18,6 +18,8 @@ from nestednet.lab import multihost as mh
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan
+from nestednet.model.link_properties import parse_properties
+from nestednet.model.shaping_policy import RATE_ONLY, ShapingPolicy
 from nestednet.model.tunnels import DataPlane
 
 pytestmark = [pytest.mark.system, pytest.mark.multihost]
@@ -116,9 +118,20 @@ def test_cross_host_link_add_pings_del_stops_and_delete_leaves_nothing(hosts):
         cross_bps = _iperf(inners[2], inners[1], n2_1, "iphy1")
         same_bps = _iperf(inners[3], inners[1], n3_2, "iphy2")
         assert cross_bps > 0 and same_bps > 0
+
+        # --rate 20Mbit on a cross-host link: shaped on each receiving host's port.
+        mh.link_del(LAB, dp, hosts.handles, E(1, 1), E(2, 1))
+        rate = parse_properties({"rate": "20Mbit"})
+        assert mh.shape_link(LAB, dp, hosts.handles, E(1, 1), E(2, 1), rate,
+                             ShapingPolicy.choose(RATE_ONLY, False)) == [
+            f"{hosts.names[1]}:{LAB}-2x1", f"{hosts.names[0]}:{LAB}-1x1"]
+        mh.link_add(LAB, dp, hosts.handles, E(1, 1), E(2, 1))
+        shaped_bps = _iperf(inners[2], inners[1], n2_1, "iphy1")
+        assert abs(shaped_bps - 20e6) <= 0.1 * 20e6, shaped_bps
         print("multihost timings", json.dumps({k: round(v, 1) for k, v in timings.items()}),
               f"\ncross-host {rtt}\nsame-host {same_rtt}\niperf3 3 s: cross-host "
-              f"{cross_bps / 1e6:.0f} Mbit/s, same-host {same_bps / 1e6:.0f} Mbit/s")
+              f"{cross_bps / 1e6:.0f} Mbit/s, same-host {same_bps / 1e6:.0f} Mbit/s, "
+              f"cross-host at --rate 20Mbit {shaped_bps / 1e6:.2f} Mbit/s")
     finally:
         archive.unlink(missing_ok=True)
         for inner in inners.values():
