@@ -46,6 +46,30 @@ def patch_lines(cookie: int, a: int, b: int) -> list[str]:
             f"add cookie={cookie:#x},priority={LINK_PRIORITY},in_port={b},actions=output:{a}"]
 
 
+def host_flow_line(cookie: int, in_port: int, out_port: int, *, match_tag: int | None = None,
+                   push_tag: int | None = None) -> str:
+    """One rule of a multi-host link (nestednet.model.tunnels.HostFlow): into a tunnel
+    with an 802.1Q tag pushed, or out of one matching and popping it."""
+    match = f"in_port={in_port}"
+    actions = f"output:{out_port}"
+    if match_tag is not None:
+        match += f",dl_vlan={match_tag}"
+        actions = f"pop_vlan,{actions}"
+    if push_tag is not None:
+        actions = f"push_vlan:0x8100,set_field:{0x1000 | push_tag}->vlan_vid,{actions}"
+    return f"add cookie={cookie:#x},priority={LINK_PRIORITY},{match},actions={actions}"
+
+
+def cookies(bridge: str) -> set[int]:
+    """The cookies of every flow on ``bridge`` (``bridge`` may be an ovs-ofctl target)."""
+    done = subprocess.run([_ofctl(), "-O", PROTOCOL, "--no-names", "dump-flows", bridge],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EnvironmentProblem(f"ovs-ofctl dump-flows {bridge} failed: "
+                                 f"{done.stderr.strip()[:300]}")
+    return {int(m.group(1), 16) for m in re.finditer(r"cookie=(0x[0-9a-f]+)", done.stdout)}
+
+
 def delete_line(cookie: int) -> str:
     return f"delete cookie={cookie:#x}/-1"
 

@@ -9,6 +9,7 @@ One module per command family, each adding its commands to `main` in `register`:
 - `run`, `demo`: play a scenario with the communication assistant.
 - `visibility`, `graph`: generate and check scenarios, draw them.
 - `bench`: the paper's measurements, nested vs flat.
+- `hosts`: planning labs over several hosts (placement, tunnels).
 
 Output conventions shared with linkemu live in nestednet.console.
 """
@@ -18,7 +19,18 @@ from __future__ import annotations
 import click
 
 from nestednet import __version__
-from nestednet.cli import bench, demo, doctor, graph, images, links, nodes, run, visibility
+from nestednet.cli import (
+    bench,
+    demo,
+    doctor,
+    graph,
+    hosts,
+    images,
+    links,
+    nodes,
+    run,
+    visibility,
+)
 from nestednet.console import ErrorHandlingGroup
 
 
@@ -42,5 +54,5 @@ def main() -> None:
     """
 
 
-for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench):
+for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts):
     _module.register(main)

@@ -131,6 +131,12 @@ def main_bridge(lab: str) -> str:
     return f"{lab}-main"
 
 
+def tunnel_port(lab: str, peer: int) -> str:
+    """The VXLAN port on a host's main bridge towards the host numbered ``peer`` (its index
+    in the hosts file): `<lab>-t<peer>`, which no veth name (`<lab>-<digit>...`) can be."""
+    return f"{lab}-t{peer}"
+
+
 def node_bridge(lab: str) -> str:
     """The internal OVS bridge inside every node parent (its own network namespace)."""
     return f"{lab}-node"

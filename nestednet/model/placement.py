@@ -1,0 +1,155 @@
+"""Which host each node of a multi-host lab runs on.
+
+Pure: a hosts file (validated against nestednet/schemas/hosts.schema.json), `--place
+n1=hostA` pins, and a strategy (`spread`: fill the hosts evenly, relative to their
+capacity; `packed`: fill each host up to its capacity before the next) give a
+`Placement`, node number -> host name. The runtime only reads the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from nestednet.errors import UsageError
+from nestednet.model import topology as topo
+from nestednet.model.scenario import Problems, check_against_schema
+
+STRATEGIES = ("spread", "packed")
+DEFAULT_STRATEGY = "spread"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine of the lab: a Swarm node with its own engine and Open vSwitch."""
+
+    name: str
+    address: str
+    """Underlay IPv4 address the other hosts reach (the tunnels' remote)."""
+    engine: str | None = None
+    """Docker engine URL from the CLI's machine; None: reached through Swarm only."""
+    ovsdb: str | None = None
+    capacity: int | None = None
+    """At most this many nodes; None: no limit."""
+
+
+@dataclass(frozen=True)
+class HostSet:
+    hosts: tuple[Host, ...]
+    vni: int | None = None
+
+    def names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    def named(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise UsageError(f"no host named {name!r}", hint=f"hosts: {', '.join(self.names())}")
+
+    def index(self, name: str) -> int:
+        return self.names().index(name)
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files("nestednet.schemas").joinpath("hosts.schema.json").read_text()
+    return json.loads(text)
+
+
+def hosts_from_doc(doc: Any, source: str = "hosts file") -> HostSet:
+    """A HostSet from a parsed hosts document; every problem located, exit 2."""
+    problems = Problems(source)
+    check_against_schema(doc, schema(), problems)
+    problems.raise_if_any(hint="the format is nestednet/schemas/hosts.schema.json")
+    seen_names: dict[str, int] = {}
+    seen_addresses: dict[str, int] = {}
+    for i, item in enumerate(doc["hosts"]):
+        for key, seen in (("name", seen_names), ("address", seen_addresses)):
+            if item[key] in seen:
+                problems.add(["hosts", i, key], f"{item[key]!r} is also host "
+                             f"#{seen[item[key]] + 1}'s {key}")
+            seen.setdefault(item[key], i)
+    problems.raise_if_any()
+    return HostSet(tuple(Host(h["name"], h["address"], h.get("engine"), h.get("ovsdb"),
+                              h.get("capacity")) for h in doc["hosts"]), doc.get("vni"))
+
+
+def load_hosts(path: Path) -> HostSet:
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"--hosts {path}: cannot read it ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--hosts {path}: not JSON: line {exc.lineno} column {exc.colno}: "
+                         f"{exc.msg}") from None
+    return hosts_from_doc(doc, f"--hosts {path}")
+
+
+def parse_pins(items: Iterable[str], shape: topo.Shape, hosts: HostSet) -> dict[int, str]:
+    """`--place n1=hostA` options as node number -> host name."""
+    pins: dict[int, str] = {}
+    for item in items:
+        node, sep, host = item.partition("=")
+        if not sep or not node or not host:
+            raise UsageError(f"--place {item!r}: write NODE=HOST, e.g. n1={hosts.names()[0]}")
+        try:
+            number = shape.check_node(node.strip())
+            hosts.named(host.strip())
+        except UsageError as exc:
+            raise UsageError(f"--place {item!r}: {exc}", hint=exc.hint) from None
+        if number in pins and pins[number] != host.strip():
+            raise UsageError(f"--place {item!r}: {node} is already placed on {pins[number]}")
+        pins[number] = host.strip()
+    return pins
+
+
+Placement = dict[int, str]
+
+
+def place(shape: topo.Shape, hosts: HostSet, strategy: str = DEFAULT_STRATEGY,
+          pins: Mapping[int, str] | None = None) -> Placement:
+    """Node number -> host name for every node. Pinned nodes first, then the rest in
+    node order: `spread` takes the host with room that has the fewest nodes (ties by
+    host order), `packed` the first host with room."""
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown placement {strategy!r}", hint=f"one of {', '.join(STRATEGIES)}")
+    pins = dict(pins or {})
+    load = {h.name: 0 for h in hosts.hosts}
+    result: Placement = {}
+    for node in sorted(pins):
+        result[node] = hosts.named(pins[node]).name
+        load[pins[node]] += 1
+    for host in hosts.hosts:
+        if host.capacity is not None and load[host.name] > host.capacity:
+            raise UsageError(f"--place puts {load[host.name]} nodes on {host.name}, whose "
+                             f"capacity is {host.capacity}")
+    for node in shape.node_numbers():
+        if node in result:
+            continue
+        room = [h for h in hosts.hosts if h.capacity is None or load[h.name] < h.capacity]
+        if not room:
+            total = sum(h.capacity or 0 for h in hosts.hosts)
+            raise UsageError(f"{shape.nodes} nodes do not fit these hosts (capacity {total} "
+                             "in all)", hint="add hosts or raise their capacity")
+        if strategy == "packed":
+            chosen = room[0]
+        else:
+            chosen = min(room, key=lambda h: (load[h.name], hosts.index(h.name)))
+        result[node] = chosen.name
+        load[chosen.name] += 1
+    return dict(sorted(result.items()))
+
+
+def nodes_on(placement: Mapping[int, str], host: str) -> list[int]:
+    return sorted(n for n, h in placement.items() if h == host)
+
+
+def hosts_used(placement: Mapping[int, str], hosts: Sequence[Host]) -> list[Host]:
+    used = set(placement.values())
+    return [h for h in hosts if h.name in used]

@@ -1,0 +1,157 @@
+"""The data plane of a multi-host lab: tunnels between main bridges, links as flows.
+
+Pure. Every host keeps its own main bridge (`<lab>-main`, fail_mode=secure). The main
+bridges of every pair of hosts that hold nodes are joined by ONE VXLAN tunnel port per
+pair (VNI = the lab's base VNI + the pair's index). A link is still only flows: between
+iPHYs on one host, the usual pair (port a -> port b, b -> a); between hosts, four
+rules, two per host. The key that tells links apart inside a pair's tunnel is an
+802.1Q tag: the receiving iPHY's slot on its host (its rank among that host's iPHYs).
+An iPHY is in at most one link (Algorithm 1), so the tag names the link, needs no
+allocation and no state besides the flows, and the far host's rule pops it and
+outputs to that one port. A tag is 12 bits, so a host holds at most 4094 iPHYs.
+
+VXLAN adds 50 bytes and the tag 4: iPHYs of a multi-host lab use a smaller MTU
+(`inner_mtu`), or full-size frames would be dropped at the tunnel port.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nestednet.errors import UsageError
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan
+from nestednet.model.placement import HostSet, Placement
+
+VXLAN_PORT = 4789
+VXLAN_OVERHEAD = 50
+TAG_OVERHEAD = 4
+MAX_SLOT = 4094
+TUNNEL_OFPORT_BASE = 65000
+"""Tunnel ports ask for ofport BASE + peer host index: above every iPHY port number."""
+VNI_PAIRS = 4096
+"""VNIs reserved per lab (one per host pair: 64 hosts make 2016 pairs)."""
+
+
+def inner_mtu(underlay_mtu: int = 1500) -> int:
+    """The largest iPHY frame payload that crosses a tunnel whole."""
+    return underlay_mtu - VXLAN_OVERHEAD - TAG_OVERHEAD
+
+
+def vni_base(lab: str, hosts: HostSet) -> int:
+    """The hosts file's `vni`, or one derived from the lab name (labs sharing hosts get
+    different VNIs; a clash is refused by the kernel when the port is made)."""
+    if hosts.vni is not None:
+        return hosts.vni
+    return 1 + (zlib.crc32(lab.encode()) % 4095) * VNI_PAIRS
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """One end of a host pair's tunnel: a port on ``host``'s main bridge."""
+
+    host: str
+    peer: str
+    name: str
+    ofport: int
+    local_ip: str
+    remote_ip: str
+    vni: int
+
+
+def tunnels(lab: str, hosts: HostSet, placement: Placement) -> dict[str, list[Tunnel]]:
+    """Host name -> its tunnel ends, one per other host that holds nodes."""
+    used = [h for h in hosts.hosts if h.name in set(placement.values())]
+    base = vni_base(lab, hosts)
+    out: dict[str, list[Tunnel]] = {h.name: [] for h in used}
+    pair = 0
+    for i, a in enumerate(used):
+        for b in used[i + 1:]:
+            vni = base + pair
+            pair += 1
+            ia, ib = hosts.index(a.name), hosts.index(b.name)
+            out[a.name].append(Tunnel(a.name, b.name, topo.tunnel_port(lab, ib),
+                                      TUNNEL_OFPORT_BASE + ib, a.address, b.address, vni))
+            out[b.name].append(Tunnel(b.name, a.name, topo.tunnel_port(lab, ia),
+                                      TUNNEL_OFPORT_BASE + ia, b.address, a.address, vni))
+    return out
+
+
+def slots(shape: topo.Shape, placement: Placement) -> dict[topo.Endpoint, int]:
+    """Every iPHY's slot on its host (1-based): the tag its incoming cross-host frames carry."""
+    out: dict[topo.Endpoint, int] = {}
+    for host in sorted(set(placement.values())):
+        nodes = sorted(n for n, h in placement.items() if h == host)
+        for rank, node in enumerate(nodes):
+            for iphy in range(1, shape.iphys + 1):
+                slot = rank * shape.iphys + iphy
+                if slot > MAX_SLOT:
+                    raise UsageError(f"host {host} would hold {len(nodes) * shape.iphys} iPHYs; "
+                                     f"a cross-host link tag names at most {MAX_SLOT}",
+                                     hint="spread the nodes over more hosts")
+                out[topo.Endpoint(node, iphy)] = slot
+    return out
+
+
+@dataclass(frozen=True)
+class HostFlow:
+    """One OpenFlow rule on one host's main bridge."""
+
+    host: str
+    in_port: int
+    out_port: int
+    match_tag: int | None = None
+    """Coming out of a tunnel: match this 802.1Q tag and pop it."""
+    push_tag: int | None = None
+    """Going into a tunnel: push this tag."""
+
+
+@dataclass(frozen=True)
+class DataPlane:
+    """Everything the flows of a multi-host lab's links depend on."""
+
+    lab: str
+    plan: AddressPlan
+    placement: Placement
+    tunnels: Mapping[str, list[Tunnel]]
+    slots: Mapping[topo.Endpoint, int]
+
+    @classmethod
+    def of(cls, lab: str, plan: AddressPlan, hosts: HostSet, placement: Placement) -> DataPlane:
+        missing = [n for n in plan.shape.node_numbers() if n not in placement]
+        if missing:
+            raise UsageError(f"nodes without a host: {', '.join(f'n{n}' for n in missing)}")
+        for node in placement:
+            plan.shape.check_node(topo.node_name(node))
+        biggest = plan.port_number(plan.shape.nodes, plan.shape.iphys)
+        if biggest >= TUNNEL_OFPORT_BASE:
+            raise UsageError(f"{biggest} iPHYs: main-bridge port numbers would reach the "
+                             f"tunnel ports ({TUNNEL_OFPORT_BASE})")
+        return cls(lab, plan, placement, tunnels(lab, hosts, placement),
+                   slots(plan.shape, placement))
+
+    def host_of(self, end: topo.Endpoint) -> str:
+        return self.placement[end.node]
+
+    def tunnel(self, host: str, peer: str) -> Tunnel:
+        for t in self.tunnels[host]:
+            if t.peer == peer:
+                return t
+        raise KeyError((host, peer))
+
+    def link_flows(self, a: topo.Endpoint, b: topo.Endpoint) -> list[HostFlow]:
+        """The rules that make link a-b: 2 on one host, or 2 on each of two hosts."""
+        pa, pb = self.plan.port_number(a.node, a.iphy), self.plan.port_number(b.node, b.iphy)
+        ha, hb = self.host_of(a), self.host_of(b)
+        if ha == hb:
+            return [HostFlow(ha, pa, pb), HostFlow(ha, pb, pa)]
+        ta, tb = self.tunnel(ha, hb).ofport, self.tunnel(hb, ha).ofport
+        return [HostFlow(ha, pa, ta, push_tag=self.slots[b]),
+                HostFlow(ha, ta, pa, match_tag=self.slots[a]),
+                HostFlow(hb, pb, tb, push_tag=self.slots[a]),
+                HostFlow(hb, tb, pb, match_tag=self.slots[b])]
+
+    def hosts_of_link(self, a: topo.Endpoint, b: topo.Endpoint) -> list[str]:
+        return sorted({self.host_of(a), self.host_of(b)})

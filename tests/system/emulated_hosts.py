@@ -1,0 +1,131 @@
+"""Hosts emulated on this machine for multi-host tests: each a container with its own
+Docker engine (in swarm mode) and Open vSwitch, on an internal Docker network that plays
+the underlay. The machine's own engine is never put into swarm mode.
+
+Each emulated host runs from the node-parent image (its entrypoint starts dockerd and a
+userspace OVS and publishes their sockets in a state directory bind-mounted from here),
+with the capability set node parents get on one host (nestednet.capabilities.nodes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet import images
+from nestednet.adapters import docker_engine
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.capabilities.nodes import PARENT_CAPSET_OPTIONS
+from nestednet.lab.multihost import HostHandle
+from nestednet.model.placement import Host, HostSet
+
+LABEL = "org.nestednet.emulated-host"
+SUBNET = "10.231.0.0/24"
+
+
+@dataclass
+class EmulatedHosts:
+    prefix: str
+    root: Path
+    client: docker.DockerClient
+    names: list[str]
+    handles: dict[str, HostHandle]
+    hostset: HostSet
+    manager: docker.DockerClient
+    timings: dict[str, float]
+
+    def close(self) -> None:
+        for h in self.handles.values():
+            with contextlib.suppress(Exception):
+                h.ovs.close()
+            with contextlib.suppress(Exception):
+                h.engine.close()
+        remove(self.client, self.prefix, self.root)
+
+
+def remove(client: docker.DockerClient, prefix: str, root: Path) -> None:
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}={prefix}"}):
+        c.remove(v=True, force=True)
+    for n in client.networks.list(filters={"label": f"{LABEL}={prefix}"}):
+        n.remove()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def start(prefix: str, count: int = 2, root: Path | None = None) -> EmulatedHosts:
+    """``count`` hosts `<prefix>-h0`..., swarm-joined (h0 the manager), each holding the
+    node-parent image."""
+    client = docker_engine.connect()
+    root = root or Path(f"/var/tmp/nestednet-emulated/{prefix}")
+    remove(client, prefix, root)
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    net = client.networks.create(f"{prefix}-underlay", driver="bridge", internal=True,
+                                 labels={LABEL: prefix},
+                                 ipam=docker.types.IPAMConfig(pool_configs=[
+                                     docker.types.IPAMPool(subnet=SUBNET)]))
+    names = [f"{prefix}-h{i}" for i in range(count)]
+    addresses = [f"10.231.0.{11 + i}" for i in range(count)]
+    for name, address in zip(names, addresses, strict=True):
+        state = root / name
+        state.mkdir(parents=True)
+        host_config = client.api.create_host_config(
+            binds={str(state): {"bind": "/nestednet", "mode": "rw"}},
+            network_mode=net.name, cap_add=PARENT_CAPSET_OPTIONS["cap_add"],
+            cap_drop=PARENT_CAPSET_OPTIONS["cap_drop"],
+            security_opt=PARENT_CAPSET_OPTIONS["security_opt"],
+            devices=PARENT_CAPSET_OPTIONS["devices"])
+        host_config["MaskedPaths"] = []
+        host_config["ReadonlyPaths"] = []
+        created = client.api.create_container(
+            images.DIND_IMAGE, name=name, hostname=name, labels={LABEL: prefix},
+            host_config=host_config, networking_config=client.api.create_networking_config(
+                {net.name: client.api.create_endpoint_config(ipv4_address=address)}))
+        client.api.start(created["Id"])
+    for name in names:
+        _wait_ready(root / name)
+    timings["hosts_up_s"] = time.monotonic() - t0
+    engines = {n: docker.DockerClient(base_url=f"unix://{root / n}/docker.sock", timeout=300)
+               for n in names}
+    t0 = time.monotonic()
+    manager = engines[names[0]]
+    manager.swarm.init(advertise_addr=addresses[0], listen_addr=f"{addresses[0]}:2377")
+    token = manager.swarm.attrs["JoinTokens"]["Worker"]
+    for name in names[1:]:
+        engines[name].swarm.join(remote_addrs=[f"{addresses[0]}:2377"], join_token=token,
+                                 advertise_addr=addresses[names.index(name)],
+                                 listen_addr=f"{addresses[names.index(name)]}:2377")
+    timings["swarm_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    archive = images.image_archive(client, images.DIND_IMAGE, kind="emulated-host")
+    try:
+        for name in names:
+            with open(archive, "rb") as tar:
+                engines[name].images.load(tar)
+    finally:
+        archive.unlink(missing_ok=True)
+    timings["image_load_s"] = time.monotonic() - t0
+    handles = {}
+    for name in names:
+        pid = int(client.containers.get(name).attrs["State"]["Pid"])
+        handles[name] = HostHandle(name, engines[name], Ovsdb(f"unix:{root / name}/ovs/db.sock"),
+                                   f"/proc/{pid}/ns/net", pid, str(root / name / "ovs"),
+                                   root / name, "/nestednet")
+    hostset = HostSet(tuple(Host(n, a) for n, a in zip(names, addresses, strict=True)))
+    return EmulatedHosts(prefix, root, client, names, handles, hostset, manager, timings)
+
+
+def _wait_ready(state: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (state / "ready").exists():
+            return
+        if (state / "failed").exists():
+            raise RuntimeError(f"emulated host {state.name}: {(state / 'failed').read_text()}")
+        time.sleep(0.2)
+    raise RuntimeError(f"emulated host {state.name} not ready after {timeout} s")
