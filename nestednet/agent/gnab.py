@@ -200,6 +200,7 @@ class Agent:
         self._running: set[str] = set()
         self.routes = None
         if config.routing == "direct" and config.node_address:
+            # Lazy: only --routing direct needs it (and the stdlib modules it pulls in).
             from nestednet.agent.routes import RouteSync
 
             self.routes = RouteSync(config.iphys, config.node_address, config.gnab_intra)

@@ -109,7 +109,6 @@ class NestedDesign(NodeDesign):
                 _load_user_images(self.user_archives, inner)
                 children = _start_children(build, inner, node)
             with build.phase("wiring", node):
-                parent.reload()
                 parent_pid = int(parent.attrs["State"]["Pid"])
                 node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
                                     external_ids={LAB_ID: lab}, fail_mode="standalone")
@@ -280,7 +279,7 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(f"starting {component} in node n{node} failed: "
                                  f"{docker_engine.explain(exc)}") from exc
-    child.reload()
+    # start_container inspected it after the start: no second round trip to the engine.
     if child.status != "running":
         raise EnvironmentProblem(f"{component} in node n{node} stopped at once (image "
                                  f"{user_image or images.COMPONENT_IMAGE})",
