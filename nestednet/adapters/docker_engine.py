@@ -69,6 +69,7 @@ def start_container(client: docker.DockerClient, image: str, *, name: str,
                     binds: dict[str, dict] | None = None, network_mode: str = "none",
                     mem_limit: str | int | None = None, nano_cpus: int | None = None,
                     hostname: str | None = None, tmpfs: dict[str, str] | None = None,
+                    network_disabled: bool = False,
                     ) -> docker.models.containers.Container:
     """Create and start a container through the low-level API.
 
@@ -76,6 +77,10 @@ def start_container(client: docker.DockerClient, image: str, *, name: str,
     the engine only knows the empty MaskedPaths/ReadonlyPaths it stands for, which
     the SDK's high-level run() cannot express. ``security`` takes cap_add, cap_drop,
     security_opt, devices, privileged and unmask_system_paths.
+
+    ``network_disabled``: the container still gets a network namespace of its own (runc
+    makes it, loopback up) but the engine builds no network sandbox for it, so none of
+    its per-start helpers run (each a re-exec of the whole dockerd binary).
     """
     security = dict(security or {})
     unmask = security.pop("unmask_system_paths", False)
@@ -87,7 +92,8 @@ def start_container(client: docker.DockerClient, image: str, *, name: str,
         host_config["ReadonlyPaths"] = []
     created = client.api.create_container(
         image, command=command, name=name, labels=labels, host_config=host_config,
-        environment=environment, entrypoint=entrypoint, hostname=hostname, detach=True)
+        environment=environment, entrypoint=entrypoint, hostname=hostname, detach=True,
+        network_disabled=network_disabled)
     try:
         client.api.start(created["Id"])
     except docker.errors.DockerException:

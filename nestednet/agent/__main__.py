@@ -5,14 +5,11 @@ NESTEDNET_NODE (n3), NESTEDNET_CA (host:port), NESTEDNET_IPHYS
 NESTEDNET_AGENT_STATE (state file, default /run/nestednet/agent.json).
 """
 
-import logging
 import signal
 import sys
 
 from nestednet.agent.gnab import Agent, AgentConfig
 
-logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                    format="%(asctime)s agent %(levelname)s %(message)s")
 try:
     config = AgentConfig.from_env()
 except (KeyError, ValueError) as exc:

@@ -12,19 +12,39 @@ Single-threaded (one selector loop), standard library only.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import selectors
 import socket
+import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from nestednet.agent import protocol as p
 from nestednet.agent.probe import IcmpProbe
-from nestednet.agent.routes import RouteSync
 
-log = logging.getLogger("nestednet.agent")
+# Every GNAB runs this module, so what it imports is paid once per node: logging,
+# subprocess, pathlib and dataclasses (with inspect and ast behind it) cost ~3 MB of
+# heap in each agent and are left out; nestednet.agent.routes comes in only when
+# --routing direct needs it.
+
+
+class _Log:
+    """The agent's few log lines on stderr, in the format `logging` gave them."""
+
+    def info(self, message: str, *args: object) -> None:
+        self._write("INFO", message % args if args else message)
+
+    def warning(self, message: str, *args: object) -> None:
+        self._write("WARNING", message % args if args else message)
+
+    @staticmethod
+    def _write(level: str, text: str) -> None:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        sys.stderr.write(f"{stamp},{int(now % 1 * 1000):03d} agent {level} {text}\n")
+        sys.stderr.flush()
+
+
+log = _Log()
 
 # LINK_FAIL reasons after which this peer is not asked again until visibility changes.
 _PEER_REFUSED = {"link_exists", "no_free_iphy", "mutual_already_won", "not_visible",
@@ -37,20 +57,23 @@ def _iphy_order(name: str) -> tuple[int, str]:
     return (int(digits) if digits.isdigit() else -1, name)
 
 
-@dataclass
 class AgentConfig:
-    node: str
-    ca_host: str
-    ca_port: int
-    iphys: dict[str, str]
-    """iPHY name -> its intra-node address (what the agent polls)."""
-    poll_interval: float = 2.0
-    """Seconds between iPHY polls; 0 trusts the inventory without polling."""
-    state_file: Path | None = None
-    routing: str = "none"
-    """`direct`: keep a route per link in the node's components (nestednet.agent.routes)."""
-    node_address: str = ""
-    gnab_intra: str = "192.168.0.1"
+    """How the agent is set up (from the environment in a GNAB: from_env)."""
+
+    def __init__(self, node: str, ca_host: str, ca_port: int, iphys: dict[str, str],
+                 poll_interval: float = 2.0, state_file: str | os.PathLike | None = None,
+                 routing: str = "none", node_address: str = "",
+                 gnab_intra: str = "192.168.0.1") -> None:
+        self.node, self.ca_host, self.ca_port = node, ca_host, ca_port
+        self.iphys = iphys
+        """iPHY name -> its intra-node address (what the agent polls)."""
+        self.poll_interval = poll_interval
+        """Seconds between iPHY polls; 0 trusts the inventory without polling."""
+        self.state_file = state_file
+        self.routing = routing
+        """`direct`: keep a route per link in the node's components
+        (nestednet.agent.routes)."""
+        self.node_address, self.gnab_intra = node_address, gnab_intra
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -60,31 +83,31 @@ class AgentConfig:
         state = env.get("NESTEDNET_AGENT_STATE", "/run/nestednet/agent.json")
         return cls(node=env["NESTEDNET_NODE"], ca_host=host, ca_port=int(port), iphys=iphys,
                    poll_interval=float(env.get("NESTEDNET_POLL_S", "2")),
-                   state_file=Path(state) if state else None,
+                   state_file=state or None,
                    routing=env.get("NESTEDNET_ROUTING", "none"),
                    node_address=env.get("NESTEDNET_NODE_ADDRESS", ""),
                    gnab_intra=env.get("NESTEDNET_GNAB_INTRA", "192.168.0.1"))
 
 
-@dataclass
 class AgentState:
     """What the agent believes; written to the state file for `nestednet status`."""
 
-    node: str
-    node_id: int | None = None
-    control_ip: str | None = None
-    iphys_up: dict[str, bool] = field(default_factory=dict)
-    links: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """peer node -> (local iPHY, peer iPHY)."""
-    visible: list[str] = field(default_factory=list)
-    step: int = -1
-    refused: set[str] = field(default_factory=set)
-    """Peers not to ask this step: they refused us, or the CA said they are full."""
-    iphys_refused: set[str] = field(default_factory=set)
-    """Own iPHYs the CA refused this step (busy or unknown to it): not offered again."""
-    pending: dict[int, tuple[str, str]] = field(default_factory=dict)
-    """req_id -> (peer, local iPHY) for requests not yet answered."""
-    connected: bool = False
+    def __init__(self, node: str, iphys_up: dict[str, bool] | None = None) -> None:
+        self.node = node
+        self.node_id: int | None = None
+        self.control_ip: str | None = None
+        self.iphys_up: dict[str, bool] = {} if iphys_up is None else iphys_up
+        self.links: dict[str, tuple[str, str]] = {}
+        """peer node -> (local iPHY, peer iPHY)."""
+        self.visible: list[str] = []
+        self.step = -1
+        self.refused: set[str] = set()
+        """Peers not to ask this step: they refused us, or the CA said they are full."""
+        self.iphys_refused: set[str] = set()
+        """Own iPHYs the CA refused this step (busy or unknown to it): not offered again."""
+        self.pending: dict[int, tuple[str, str]] = {}
+        """req_id -> (peer, local iPHY) for requests not yet answered."""
+        self.connected = False
 
     def free_iphys(self) -> list[str]:
         """Free iPHYs, highest-numbered first: the CA gives incoming links the lowest free
@@ -179,8 +202,12 @@ class Agent:
         self._selector = selectors.DefaultSelector()
         self._stop = False
         self._probe: IcmpProbe | None = None
-        self.routes = (RouteSync(config.iphys, config.node_address, config.gnab_intra)
-                       if config.routing == "direct" and config.node_address else None)
+        self.routes = None
+        if config.routing == "direct" and config.node_address:
+            # Lazy: only --routing direct needs it (and the stdlib modules it pulls in).
+            from nestednet.agent.routes import RouteSync
+
+            self.routes = RouteSync(config.iphys, config.node_address, config.gnab_intra)
 
     # --- decisions -----------------------------------------------------------------
 
@@ -272,13 +299,14 @@ class Agent:
             self._sock.setblocking(False)
 
     def _write_state(self) -> None:
-        path = self.config.state_file
-        if path is None:
+        if self.config.state_file is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state.as_dict(), indent=1))
-        tmp.replace(path)
+        path = os.fspath(self.config.state_file)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = os.path.splitext(path)[0] + ".tmp"
+        with open(tmp, "w") as out:
+            out.write(json.dumps(self.state.as_dict(), indent=1))
+        os.replace(tmp, path)
 
     def _sync_routes(self, *, resend: bool = False) -> None:
         """--routing direct: the thesis's "adds this link to its routing table and

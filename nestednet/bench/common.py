@@ -58,6 +58,21 @@ def machine_info() -> dict:
     return info
 
 
+def cpu_busy_percent(seconds: float) -> float:
+    """Share of all cores' time the host spent busy over the next ``seconds`` (percent):
+    what an idle lab costs the machine, whoever spends it (daemons, ksoftirqd, OVS)."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    busy0, total0 = sample()
+    time.sleep(seconds)
+    busy1, total1 = sample()
+    return round(100.0 * (busy1 - busy0) / max(total1 - total0, 1), 1)
+
+
 @dataclass(frozen=True)
 class LabSpec:
     kind: str
@@ -80,6 +95,10 @@ class Bench:
     quick: bool
     seed: int = 1
     log: Callable[[str], None] = lambda message: None
+    nodes: tuple[int, ...] = ()
+    """Node counts asked for on the command line (`startup`); empty: the mode's own."""
+    repeats: int | None = None
+    """Creations per point asked for on the command line (`startup`)."""
     labs: dict[LabSpec, object] = field(default_factory=dict)
     _counter: int = 0
 
@@ -135,8 +154,9 @@ class Bench:
 
 @contextlib.contextmanager
 def bench_run(out: Path, quick: bool, seed: int = 1,
-              log: Callable[[str], None] = lambda m: None) -> Iterator[Bench]:
-    bench = Bench(out, quick, seed, log)
+              log: Callable[[str], None] = lambda m: None, *, nodes: tuple[int, ...] = (),
+              repeats: int | None = None) -> Iterator[Bench]:
+    bench = Bench(out, quick, seed, log, nodes=nodes, repeats=repeats)
     try:
         yield bench
     finally:

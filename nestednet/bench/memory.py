@@ -37,6 +37,13 @@ def _mb(memory: dict | None, key: str = "used") -> float | None:
     return round(memory[key] / MB, 2) if memory else None
 
 
+def whole_node_mb(lab, number: int) -> float | None:
+    """The node container's cgroup figure alone (both designs): cheap enough for every
+    node of a large lab."""
+    container = lab.client.containers.get(topo.parent_container(lab.record.lab, number))
+    return _mb(cgroup_memory(int(container.attrs["State"]["Pid"])))
+
+
 def nested_node(lab, number: int) -> dict:
     parent = lab.parent(number)
     pid = int(parent.attrs["State"]["Pid"])

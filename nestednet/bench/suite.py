@@ -89,14 +89,18 @@ def report(results: dict[str, dict], machine: dict, quick: bool) -> str:
 
 
 def run_suite(experiment: str, out, *, quick: bool, seed: int = 1,
-              log=lambda message: None) -> dict:
+              log=lambda message: None, nodes: tuple[int, ...] = (),
+              repeats: int | None = None) -> dict:
     """Run one experiment or `all`; returns {name: result}. With `all`, a failing
-    experiment is recorded in the report and the others still run."""
+    experiment is recorded in the report and the others still run. ``nodes`` and
+    ``repeats`` replace the startup experiment's node counts and creations per point."""
     wanted = names(experiment)
+    if (nodes or repeats is not None) and wanted != ["startup"]:
+        raise UsageError("--nodes and --repeats apply to `bench startup` only")
     out = Path(out)
     machine = machine_info()
     results: dict[str, dict] = {}
-    with bench_run(out, quick, seed, log) as bench:
+    with bench_run(out, quick, seed, log, nodes=nodes, repeats=repeats) as bench:
         for name in wanted:
             log(f"experiment {name} ({'quick' if quick else 'full'})")
             if len(wanted) == 1:

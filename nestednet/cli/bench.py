@@ -18,6 +18,21 @@ def register(group: click.Group) -> None:
     group.add_command(bench)
 
 
+def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None
+                 ) -> tuple[int, ...]:
+    """`12,48,120` -> (12, 48, 120); anything else is a usage error naming the option."""
+    if value is None:
+        return ()
+    try:
+        counts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma list of node counts "
+                                 "(e.g. 12,48,120)") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"{value!r}: every node count must be 1 or more")
+    return counts
+
+
 @click.command()
 @click.argument("experiment", type=click.Choice(EXPERIMENT_NAMES))
 @click.option("--quick", is_flag=True,
@@ -26,8 +41,15 @@ def register(group: click.Group) -> None:
               help="Output directory (default ./results/<timestamp>).")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed for the random choice of nodes, links and iPHYs.")
+@click.option("--nodes", "nodes", callback=_node_counts, metavar="LIST",
+              help="startup only: node counts to create instead of the mode's "
+                   "(e.g. 12,48,120; each is created once per repeat, nested and flat).")
+@click.option("--repeats", type=click.IntRange(1, 20), default=None,
+              help="startup only: creations per node count (default 1); the median is "
+                   "reported.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON too.")
-def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bool) -> None:
+def bench(experiment: str, quick: bool, out: Path | None, seed: int, nodes: tuple[int, ...],
+          repeats: int | None, as_json: bool) -> None:
     """Reproduce the NestedNet paper's measurements, nested and flat side by side.
 
     \b
@@ -47,14 +69,16 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, as_json: bo
     names starting with `b` and deleted afterwards. Needs root, like `create`.
 
     \b
-    Example:
+    Examples:
       nestednet bench all --quick --out results/quick
+      nestednet bench startup --nodes 12,48,120 --out results/scale
     """
     # Lazy: the benchmarks load docker, pyroute2 and matplotlib (slow start-up otherwise).
     from nestednet.bench import common, suite
 
     out = out or Path("results") / common.timestamp()
-    results = suite.run_suite(experiment, out, quick=quick, seed=seed, log=progress)
+    results = suite.run_suite(experiment, out, quick=quick, seed=seed, log=progress,
+                              nodes=nodes, repeats=repeats)
     if as_json:
         print_json(results)
     failed = [name for name, r in results.items() if "error" in r]

@@ -330,3 +330,39 @@ def test_fidelity_report_with_netem_has_delay_and_loss_tables():
               "loss": [{"configured_pct": 5, "measured_pct": 4.6, "pings": 300}]}
     text = fidelity.markdown(result)
     assert "| 10 | 10.400 | 0.400 |" in text and "| 5 | 4.60 | 300 |" in text
+
+
+# --- startup at scale (--nodes, --repeats) ---------------------------------------------------
+
+
+def test_startup_takes_node_counts_and_repeats_from_the_command_line():
+    assert startup.params(False)["nodes"] == [6, 12, 16, 24]
+    p = startup.params(False, nodes=(120, 12, 48, 12), repeats=3)
+    assert p["nodes"] == [12, 48, 120] and p["repeats"] == 3
+    assert startup.params(True, nodes=(5,))["nodes"] == [5]
+
+
+def test_startup_report_has_idle_cpu_and_memory_per_node_per_count():
+    su = fake_results()["startup"]
+    su["params"] = startup.params(False, nodes=(12, 120))
+    su["points"] = [{"kind": k, "nodes": n, "summary": stats.summary([float(n)]),
+                     "idle_cpu_busy_pct": [20.0 if k == "nested" else 5.0],
+                     "node_mb": stats.summary([50.0 if k == "nested" else 15.0])}
+                    for n in (12, 120) for k in ("nested", "flat")]
+    text = startup.markdown(su)
+    assert "| 120 | 120.00 | 120.00 | 1.00 | 20.0 | 5.0 | 50.0 | 15.0 |" in text
+    assert "nested/flat creation time at 120 x 4" in text
+
+
+def test_bench_node_counts_are_for_startup_only(tmp_path):
+    with pytest.raises(UsageError, match="`bench startup` only"):
+        suite.run_suite("memory", tmp_path / "out", quick=True, nodes=(3,))
+    assert not (tmp_path / "out").exists()
+    result = CliRunner().invoke(nestednet_main, ["bench", "startup", "--nodes", "12,0"])
+    assert result.exit_code == 2 and "every node count must be 1 or more" in result.output
+
+
+def test_idle_cpu_share_is_a_percentage():
+    from nestednet.bench.common import cpu_busy_percent
+
+    assert 0.0 <= cpu_busy_percent(0.05) <= 100.0
