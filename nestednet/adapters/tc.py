@@ -15,7 +15,7 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -196,13 +196,15 @@ def _delete_handle(ipr: IPRoute, index: int) -> bool:
 
 def remove_trees(netns: str | None, ports: Sequence[str]) -> list[str]:
     """`remove` for ports whose root 1: is known to be the caller's (no read first)."""
-    cleared = []
+    return _each_port(netns, ports, _delete_handle)
+
+
+def _each_port(netns: str | None, ports: Sequence[str],
+               delete: Callable[[IPRoute, int], bool]) -> list[str]:
+    """``delete`` on each port that still exists; the ports where it removed a tree."""
     with rtnl(netns) as ipr:
-        for port in ports:
-            found = ipr.link_lookup(ifname=port)
-            if found and _delete_handle(ipr, found[0]):
-                cleared.append(port)
-    return cleared
+        return [port for port in ports
+                if (found := ipr.link_lookup(ifname=port)) and delete(ipr, found[0])]
 
 
 _CHANGE_TYPES = {"change": RTM_NEWQDISC, "change-class": RTM_NEWTCLASS}
@@ -330,10 +332,10 @@ def port_indexes(netns: str | None, ports: Sequence[str]) -> dict[str, int]:
 
 
 def change(ops: Sequence[TcOp], netns: str | None) -> None:
-    """Execute in-place changes (`change`/`change-class`) on existing objects."""
-    with rtnl(netns) as ipr:
-        for op in ops:
-            _run(ipr, port_index(ipr, op.port), op)
+    """Execute in-place changes (`change`/`change-class`) on existing objects: the ports'
+    indexes looked up, then `change_batch`."""
+    if ops:
+        change_batch(ops, netns, port_indexes(netns, sorted({op.port for op in ops})))
 
 
 def _delete_root(ipr: IPRoute, index: int) -> bool:
@@ -353,13 +355,7 @@ def remove(netns: str | None, ports: Sequence[str]) -> list[str]:
 
     Returns the ports that had one. Ports that vanished are skipped: nothing to undo.
     """
-    cleared = []
-    with rtnl(netns) as ipr:
-        for port in ports:
-            found = ipr.link_lookup(ifname=port)
-            if found and _delete_root(ipr, found[0]):
-                cleared.append(port)
-    return cleared
+    return _each_port(netns, ports, _delete_root)
 
 
 def disable_offloads(netns: str | None, ports: Sequence[str]) -> dict[str, list[str]]:
