@@ -134,11 +134,12 @@ def check_ports(netns: str | None, ports: Sequence[str], ours: Sequence[str],
     return found
 
 
-def apply(ops: Sequence[TcOp], netns: str | None, ports: Sequence[str]) -> None:
+def apply(ops: Sequence[TcOp], netns: str | None, ports: Sequence[str]) -> dict[str, int]:
     """Build the trees in ``ops`` on ``ports``; on any failure remove them again.
 
     Any earlier linkemu tree on these ports is removed first (check_ports has made
-    sure it is ours), so `apply` twice gives the second file's tree.
+    sure it is ours), so `apply` twice gives the second file's tree. Returns the
+    ports' indexes (for later `change_batch` calls).
     """
     with rtnl(netns) as ipr:
         indexes = {port: port_index(ipr, port) for port in ports}
@@ -151,17 +152,18 @@ def apply(ops: Sequence[TcOp], netns: str | None, ports: Sequence[str]) -> None:
             for port in ports:
                 _delete_root(ipr, indexes[port])
             raise
+    return indexes
 
 
 def build(ops: Sequence[TcOp], netns: str | None, ports: Sequence[str], ours: Sequence[str],
-          owner: str) -> None:
+          owner: str) -> dict[str, int]:
     """`apply` for ports expected to be bare, without reading them first.
 
     Reading a port's qdiscs is a dump of every qdisc in the namespace (60 ms with a
     48-node lab's 500 interfaces), so the trees are added straight away. A port that
     turns out to hold a root qdisc (EEXIST) sends the batch the careful way:
     `check_ports` (refusing a root that is not ``ours``) then `apply`. On any other
-    failure the trees this call made are removed again.
+    failure the trees this call made are removed again. Returns the ports' indexes.
     """
     made: list[int] = []
     with rtnl(netns) as ipr:
@@ -178,9 +180,9 @@ def build(ops: Sequence[TcOp], netns: str | None, ports: Sequence[str], ours: Se
             if not (isinstance(cause, NetlinkError) and cause.code == errno.EEXIST):
                 raise
         else:
-            return
+            return indexes
     check_ports(netns, ports, ours, owner)
-    apply(ops, netns, ports)
+    return apply(ops, netns, ports)
 
 
 def _delete_handle(ipr: IPRoute, index: int) -> bool:
