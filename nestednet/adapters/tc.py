@@ -211,7 +211,11 @@ def _each_port(netns: str | None, ports: Sequence[str],
 
 _CHANGE_TYPES = {"change": RTM_NEWQDISC, "change-class": RTM_NEWTCLASS}
 BATCH_BYTES = 32 * 1024
-"""Requests per write: one netlink write must fit the socket's send buffer."""
+BATCH_REQUESTS = 64
+"""Requests per write: the write must fit the socket's send buffer, and the kernel
+queues every request's ACK before we read any, so they must fit its receive buffer
+(each ACK takes about 1 KiB of it; the default is 208 KiB). Past either the kernel
+drops ACKs (ENOBUFS)."""
 TC_LINKLAYER_ETHERNET = 1
 TCA_KIND, TCA_OPTIONS = 1, 2
 TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 6, 7
@@ -286,19 +290,22 @@ def change_batch(ops: Sequence[TcOp], netns: str | None, indexes: dict[str, int]
 
     Each pyroute2 request costs about 2 ms (its event loop) and each name lookup
     another 2 ms; a step of a 48-node run changes ~100 classes, so the requests are
-    encoded with pyroute2's own plugins and sent together, the kernel handling them
-    in a few system calls (BATCH_BYTES each). ``indexes`` maps each port to its
-    ifindex (the caller keeps them). Raises EnvironmentProblem naming the first
-    request the kernel refused.
+    encoded here (`_encoded`: HTB classes packed, about 4 us each) and sent together,
+    the kernel handling them in a few system calls (BATCH_REQUESTS each). ``indexes``
+    maps each port to its ifindex (the caller keeps them). Raises EnvironmentProblem
+    naming the first request the kernel refused.
     """
     if not ops:
         return
     chunks: list[list[bytes]] = [[]]
+    size = 0
     for seq, op in enumerate(ops, 1):
         message = _encoded(op, indexes[op.port], seq)
-        if sum(map(len, chunks[-1])) + len(message) > BATCH_BYTES:
+        if size + len(message) > BATCH_BYTES or len(chunks[-1]) == BATCH_REQUESTS:
             chunks.append([])
+            size = 0
         chunks[-1].append(message)
+        size += len(message)
 
     def send() -> dict[int, int]:
         acks: dict[int, int] = {}

@@ -137,3 +137,28 @@ def test_htb_change_without_rate_tables_holds_what_pyroute2s_change_holds(veth_n
     read = tc.read(ns, [a])[a]["classes"]
     leaf = next(c for c in read if c["classid"] == tcplan.leaf_class(0))
     assert leaf["rate_bps"] == leaf["ceil_bps"] == rate_bps
+
+
+@pytest.mark.system
+def test_change_batch_gets_every_ack_of_a_large_step():
+    """Packed requests are small, so one write could hold hundreds; the kernel queues
+    every ACK before we read one, and past the receive buffer it drops them (ENOBUFS).
+    A 48 x 4 lab's step can change 192 classes (384 requests with netem)."""
+    ns = f"les-{uuid.uuid4().hex[:6]}"
+    ports = [f"lb{i}" for i in range(300)]
+    netlink.create_netns(ns)
+    try:
+        with netlink.route(ns) as ipr:
+            for i in range(0, len(ports), 2):
+                ipr.link("add", ifname=ports[i], kind="veth", peer={"ifname": ports[i + 1]})
+        old, new = LinkShape(20_000_000), LinkShape(7_000_000)
+        tc.apply([op for port in ports for op in tcplan.port_tree_ops(
+            port, port, old, "htb", netem=False)], ns, ports)
+        tc.change_batch([op for port in ports for op in tcplan.leaf_change_ops(
+            port, "htb", 0, port, old, new, netem=False)], ns, tc.port_indexes(ns, ports))
+        sample = [ports[0], ports[len(ports) // 2], ports[-1]]
+        held = tc.read(ns, sample)
+        assert {c["rate_bps"] for port in sample for c in held[port]["classes"]
+                if c["classid"] == tcplan.leaf_class(0)} == {7_000_000}
+    finally:
+        netlink.remove_netns(ns)
