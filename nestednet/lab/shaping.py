@@ -114,14 +114,14 @@ class LabShaper:
                                                   SHAPER, netem=self.policy.netem)]
             if any(p in self._state for p in ports):
                 tc.check_ports(None, ports, ours=list(self._recorded), owner="nestednet")
-                tc.apply(ops, None, ports)
+                indexes = tc.apply(ops, None, ports)
             else:
-                tc.build(ops, None, ports, list(self._recorded), "nestednet")
+                indexes = tc.build(ops, None, ports, list(self._recorded), "nestednet")
             for d in directions:
                 self._state[d.port] = self._entry(d)
             self._save()
-            # Looked up now, at link up, so a step's in-place changes need no lookups.
-            self._index.update(tc.port_indexes(None, ports))
+            # Kept from link up, so a step's in-place changes need no lookups.
+            self._index.update(indexes)
 
     def change(self, directions: Sequence[Direction]) -> list[Direction]:
         """Change trees in place where the properties differ; returns those changed.

@@ -153,3 +153,41 @@ def test_batched_change_requests_decode_back_to_the_plan():
     assert parms["rate"] == 5_000_000 // 8
     assert netem["header"]["type"] == RTM_NEWQDISC and netem["handle"] == 0x100000
     assert netem.get_attr("TCA_KIND") == "netem"
+
+
+@pytest.mark.parametrize("rate_bps", [8_000, 20_000_000, 10_000_000_000, 40_000_000_000])
+def test_packed_htb_class_change_matches_pyroute2_without_rate_tables(rate_bps):
+    """The packed HTB class change carries pyroute2's parameters (rate, ceil, burst
+    times, quantum; RATE64/CEIL64 above 2^32 bytes/s) but no RTAB/CTAB: its rate specs
+    say Ethernet, so the kernel computes transmit times itself."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl.tcmsg import plugins, tcmsg
+
+    from nestednet.adapters import tc
+
+    (op,) = tcplan.leaf_change_ops("p", "htb", 0, "x", LinkShape(1_000), LinkShape(rate_bps),
+                                   netem=False)
+    packed = tcmsg(tc._encoded(op, 7, 3))
+    packed.decode()
+    params = {**op.params, "parent": tc.handle_int(op.params["parent"])}
+    reference = tcmsg()
+    reference["attrs"] = [["TCA_KIND", "htb"],
+                          ["TCA_OPTIONS", plugins["htb"].get_class_parameters(params)]]
+    reference.encode()
+    reference = tcmsg(reference.data)
+    reference.decode()
+    assert packed["header"]["flags"] == NLM_F_REQUEST | NLM_F_ACK
+    assert packed["header"]["sequence_number"] == 3 and packed["index"] == 7
+    assert (packed["handle"], packed["parent"]) == (0x10010, 0x10001)
+    ours, theirs = (m.get_attr("TCA_OPTIONS") for m in (packed, reference))
+    assert [a[0] for a in ours["attrs"]] == [a[0] for a in theirs["attrs"]
+                                             if a[0] not in ("TCA_HTB_RTAB", "TCA_HTB_CTAB")]
+    for name in ("TCA_HTB_RATE64", "TCA_HTB_CEIL64"):
+        assert ours.get_attr(name) == theirs.get_attr(name)
+    table_fields = {f"{spec}_{field}" for spec in ("rate", "ceil")
+                    for field in ("cell_log", "cell_align", "__reserved")}
+    ours, theirs = (o.get_attr("TCA_HTB_PARMS") for o in (ours, theirs))
+    assert {k: ours[k] for k, _ in ours.fields if k not in table_fields} == \
+        {k: theirs[k] for k, _ in theirs.fields if k not in table_fields}
+    assert ours["rate___reserved"] == ours["ceil___reserved"] == tc.TC_LINKLAYER_ETHERNET
+    assert ours["rate"] == min(rate_bps // 8, 2**32 - 1)
