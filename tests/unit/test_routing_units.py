@@ -79,6 +79,7 @@ def test_babel_announces_only_the_gnabs_node_address() -> None:
     for lines in (gnab, iphy):
         assert lines[-2:] == ["redistribute local deny", "redistribute deny"]
         assert "in deny" in lines
+        assert "smoothing-half-life 0" in lines  # no hysteresis: reconverges around a cut
     command = strategies.named("babel").daemon(p, 3, 1)
     assert command[0] == "babeld" and command.count("-C") == len(iphy)
 
