@@ -229,9 +229,35 @@ def component_archive(client: docker.DockerClient) -> Path:
     return image_archive(client, COMPONENT_IMAGE, f"component-{IMAGE_TAG}")
 
 
-def image_archive(client: docker.DockerClient, ref: str, kind: str = "user") -> Path:
+def archive_kind(ref: str) -> str:
+    """The archive family of a user's image: one per reference, so a rebuilt image
+    replaces its older archive and two images never evict each other."""
+    return "user-" + re.sub(r"[^A-Za-z0-9_.]+", "_", ref)
+
+
+ARCHIVE_ID = re.compile(r"-[0-9a-f]{16}\.tar")
+
+
+def stale_archives(directory: Path, kind: str, keep: Path) -> list[Path]:
+    """Archives of ``kind`` other than ``keep`` (``kind`` exactly: "user-a" does not
+    claim "user-a-b-<id>.tar"), plus archives named by image id alone, as made before
+    user archives were named by reference."""
+    found = []
+    for old in directory.glob("*.tar"):
+        name = old.name
+        ours = name.startswith(f"{kind}-") and ARCHIVE_ID.fullmatch(name[len(kind):])
+        legacy = kind.startswith("user-") and re.fullmatch(r"user-[0-9a-f]{16}\.tar", name)
+        if (ours or legacy) and old != keep:
+            found.append(old)
+    return found
+
+
+def image_archive(client: docker.DockerClient, ref: str, kind: str | None = None) -> Path:
     """``ref`` as a `docker save` archive (named, so loading it keeps the tag), one file
-    per image id; older archives of the same ``kind`` are dropped."""
+    per image id; older archives of the same ``kind`` (by default: of the same user's
+    reference, see `archive_kind`) are dropped, so /var/lib/nestednet/images keeps one
+    archive per image in use rather than one per build."""
+    kind = kind or archive_kind(ref)
     image = require(client, ref)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     path = CACHE_DIR / f"{kind}-{image.id.split(':')[1][:16]}.tar"
@@ -241,8 +267,6 @@ def image_archive(client: docker.DockerClient, ref: str, kind: str = "user") -> 
             for chunk in image.save(named=ref if ref in image.tags else False):
                 out.write(chunk)
         tmp.rename(path)
-        if kind.startswith("component-"):
-            for old in CACHE_DIR.glob(f"{kind}-*.tar"):
-                if old != path:
-                    old.unlink(missing_ok=True)
+        for old in stale_archives(CACHE_DIR, kind, path):
+            old.unlink(missing_ok=True)
     return path

@@ -192,9 +192,11 @@ def move(ipr: IPRoute, ifname: str, target: str | int, new_name: str | None = No
 
 
 def configure(ipr: IPRoute, ifname: str, address: IPv4Interface | None = None,
-              master: str | None = None) -> None:
-    """Give ``ifname`` an address and/or a bridge master, and bring it up."""
+              master: str | None = None, mac: str | None = None) -> None:
+    """Give ``ifname`` an address, a bridge master and/or a MAC, and bring it up."""
     idx = index(ipr, ifname)
+    if mac is not None:
+        ipr.link("set", index=idx, address=mac)
     if address is not None:
         ipr.addr("add", index=idx, address=str(address.ip), prefixlen=address.network.prefixlen)
     if master is not None:

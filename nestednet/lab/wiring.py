@@ -111,9 +111,11 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(component))
     with netlink.route(netlink.netns_path(child_pid)) as child:
         netlink.configure(child, "lo", h.plan.node_address(node) if component == 0 else None)
-        netlink.configure(child, topo.CHILD_INTRA_IF, h.plan.intra_address(component))
+        netlink.configure(child, topo.CHILD_INTRA_IF, h.plan.intra_address(component),
+                          mac=h.plan.mac_address(node, component, 1))
         netlink.configure(child, topo.CHILD_CONTROL_IF if component == 0
-                          else topo.CHILD_INTER_IF, outer_address)
+                          else topo.CHILD_INTER_IF, outer_address,
+                          mac=h.plan.mac_address(node, component, 2))
     with netlink.route(netlink.netns_path(h.parent_pid)) as parent:
         netlink.up(parent, intra_parent)
     h.node_ovs.add_port(topo.node_bridge(lab), intra_parent, external_ids=_ids(h, component))

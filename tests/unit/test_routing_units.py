@@ -79,6 +79,7 @@ def test_babel_announces_only_the_gnabs_node_address() -> None:
     for lines in (gnab, iphy):
         assert lines[-2:] == ["redistribute local deny", "redistribute deny"]
         assert "in deny" in lines
+        assert "smoothing-half-life 0" in lines  # no hysteresis: reconverges around a cut
     command = strategies.named("babel").daemon(p, 3, 1)
     assert command[0] == "babeld" and command.count("-C") == len(iphy)
 
@@ -229,3 +230,11 @@ def test_graph_path_takes_fewest_hops_over_links(tmp_path) -> None:
     bad = CliRunner().invoke(nestednet_main, ["graph", str(events), "--path", "a", "zz",
                                              "-o", str(tmp_path / "q.png")])
     assert bad.exit_code == 2
+
+
+def test_component_macs_are_fixed_and_distinct() -> None:
+    p = plan()
+    macs = {p.mac_address(n, c, i) for n in (1, 2, 300) for c in (0, 1, 2) for i in (1, 2)}
+    assert len(macs) == 18
+    assert p.mac_address(2, 1, 2) == "02:4e:00:02:01:02"  # locally administered, unicast
+    assert p.mac_address(300, 0, 1) == "02:4e:01:2c:00:01"
