@@ -152,26 +152,33 @@ def _established(namespace: str, port: int) -> int:
 def test_rate_change_during_a_transfer(bed, tmp_path):
     """C1 10 -> 2 Mbit/s at t~4 s of a 10 s transfer, C2 at 10 Mbit/s throughout.
 
-    Server-side (receiver) half-second intervals, counted from the moment both data
-    connections were up: C1's goodput is at its new rate from 1 s after `set` returned,
-    C2's mean is unchanged, and both TCP connections run their full 10 s.
+    Server-side (receiver) half-second intervals: C1's goodput is at its new rate from
+    1 s after `set` returned, C2's mean is unchanged, and both TCP connections run their
+    full 10 s. The servers' clocks start somewhere between the clients' launch and the
+    moment we saw both data connections (polling `ss` can take a second in a loaded VM),
+    so "before" ends at the change counted from the latest possible start and "after"
+    begins counted from the earliest: no interval straddles the change.
     """
     ok("apply", str(write_links(bed, tmp_path, c1={"rate": "10Mbit", "delay": "2ms"},
                                 c2={"rate": "10Mbit", "delay": "2ms"})))
     ports = {"C1": 5203, "C2": 5204}
     with measure.iperf3_server(LAYOUT.server_ns, SERVER, ports["C1"], interval=0.5) as s1, \
             measure.iperf3_server(LAYOUT.server_ns, SERVER, ports["C2"], interval=0.5) as s2:
+        launched = time.monotonic()
         clients = {name: measure.iperf3_client(ns, SERVER, seconds=10, port=ports[name])
                    for name, ns in (("C1", C1), ("C2", C2))}
         deadline = time.monotonic() + 30
-        # control + data connection per transfer: the servers' clocks start about now
+        # control + data connection per transfer: the servers' clocks have started by now
         while any(_established(LAYOUT.server_ns, p) < 2 for p in ports.values()):
             assert time.monotonic() < deadline, "the transfers did not connect"
             time.sleep(0.05)
         started = time.monotonic()
         time.sleep(4.0)
+        asked = time.monotonic()
         ok("set", "R1-C1", "forward", "--rate", "2Mbit")
-        changed = time.monotonic() - started
+        done = time.monotonic()
+        changed = asked - started
+        settled = done - launched
         sent = {name: measure.finish(c) for name, c in clients.items()}
         got = {"C1": measure.report(s1), "C2": measure.report(s2)}
 
@@ -179,10 +186,11 @@ def test_rate_change_during_a_transfer(bed, tmp_path):
         return sum(values) / len(values)
 
     c1_before = measure.interval_rates(got["C1"], 1.0, changed)
-    c1_after = measure.interval_rates(got["C1"], changed + 1.0, 9.5)
+    c1_after = measure.interval_rates(got["C1"], settled + 1.0, 9.5)
     c2_before = measure.interval_rates(got["C2"], 1.0, changed)
-    c2_after = measure.interval_rates(got["C2"], changed, 9.5)
-    record("rate_change", changed_at_s=round(changed, 2),
+    c2_after = measure.interval_rates(got["C2"], settled, 9.5)
+    record("rate_change", changed_at_s=round(changed, 2), settled_at_s=round(settled, 2),
+           start_uncertainty_s=round(started - launched, 2),
            **{k: [round(v / 1e6, 2) for v in values] for k, values in (
                ("c1_before_mbit", c1_before), ("c1_after_mbit", c1_after),
                ("c2_before_mbit", c2_before), ("c2_after_mbit", c2_after))})
