@@ -60,14 +60,19 @@ def host_flow_line(cookie: int, in_port: int, out_port: int, *, match_tag: int |
     return f"add cookie={cookie:#x},priority={LINK_PRIORITY},{match},actions={actions}"
 
 
-def cookies(bridge: str) -> set[int]:
-    """The cookies of every flow on ``bridge`` (``bridge`` may be an ovs-ofctl target)."""
+def _dump_flows(bridge: str) -> str:
     done = subprocess.run([_ofctl(), "-O", PROTOCOL, "--no-names", "dump-flows", bridge],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise EnvironmentProblem(f"ovs-ofctl dump-flows {bridge} failed: "
                                  f"{done.stderr.strip()[:300]}")
-    return {int(m.group(1), 16) for m in re.finditer(r"cookie=(0x[0-9a-f]+)", done.stdout)}
+    return done.stdout
+
+
+def cookies(bridge: str) -> set[int]:
+    """The cookies of every flow on ``bridge`` (``bridge`` may be an ovs-ofctl target)."""
+    return {int(m.group(1), 16)
+            for m in re.finditer(r"cookie=(0x[0-9a-f]+)", _dump_flows(bridge))}
 
 
 def delete_line(cookie: int) -> str:
@@ -90,13 +95,8 @@ _FLOW_RE = re.compile(r"cookie=(0x[0-9a-f]+).*?priority=(\d+),in_port=\"?(\d+)\"
 
 def dump(bridge: str) -> list[Flow]:
     """Every port-to-port flow on ``bridge`` (others are ignored)."""
-    done = subprocess.run([_ofctl(), "-O", PROTOCOL, "--no-names", "dump-flows", bridge],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise EnvironmentProblem(f"ovs-ofctl dump-flows {bridge} failed: "
-                                 f"{done.stderr.strip()[:300]}")
     flows = []
-    for line in done.stdout.splitlines():
+    for line in _dump_flows(bridge).splitlines():
         match = _FLOW_RE.search(line)
         if match:
             cookie, priority, in_port, output = match.groups()
