@@ -9,6 +9,7 @@ in time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import statistics
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
 from nestednet.adapters import netlink, netns_exec
@@ -217,18 +218,20 @@ def warm_up(namespaces: Sequence[str], destination: str) -> None:
         ping(namespace, destination, count=5, interval=0.2)
 
 
-# --- judging delays: calibrated against a reference netem delay in the same run -------
+# --- judging delays: calibrated against reference netem delays in the same run ------
 
-REFERENCE_DELAY_MS = 10.0
+REFERENCE_DELAYS_MS: tuple[float, ...] = (1.0, 5.0, 10.0, 20.0, 50.0)
+"""One-way netem delays measured on a plain veth before anything is judged. In the
+emulated VM netem's lateness grows with the delay and then levels off (one run: about
+0.2 ms at 1 ms, 0.5 at 5, 0.6-0.9 at 10-20, 0.7-0.8 at 50), so a single reference
+mis-predicts the others; between references it is interpolated, beyond them held."""
 METAL_TOLERANCE_MS = 0.2
 """Per delayed direction, on a real kernel: netem's timers are exact to well under this."""
 VM_TOLERANCE_MS = 0.5
-"""Per delayed direction, in the software-emulated VM, around the overshoot measured on the
-reference delay. Netem fires late there by a machine-dependent 0.1-1.1 ms; on one machine
-in one run the lateness varied by about +/-0.25 ms across 5-50 ms delays (PLATFORM.md,
-issue #10), which this bound covers with the ping median's own noise."""
+"""Per delayed direction, in the software-emulated VM, around the lateness measured on the
+reference delays (PLATFORM.md, issue #10); it covers the ping median's own noise."""
 VM_MAX_OVERSHOOT_MS = 2.0
-"""A reference overshoot beyond this means the emulated CPU is too starved to judge any
+"""A reference lateness beyond this means the emulated CPU is too starved to judge any
 delay: the calibration itself fails rather than stretching every bound."""
 
 
@@ -237,23 +240,39 @@ class DelayJudge:
     """How a measured median RTT rise is judged against configured netem delays.
 
     On a real kernel the rise must equal the configured delay within METAL_TOLERANCE_MS
-    per delayed direction. In the emulated VM netem's timers fire systematically late, so
-    the expectation is the configured delay plus the per-direction lateness measured on a
-    reference delay in the same run, within VM_TOLERANCE_MS per delayed direction. The
-    bound is fixed in advance and recorded with every result; nothing is retried."""
+    per delayed direction. In the emulated VM netem's timers fire systematically late, by
+    an amount that depends on the delay, so the expectation is the configured delay plus,
+    per delayed direction, the lateness that plain netem showed at that one-way delay on a
+    reference veth in the same run (interpolated between reference delays), within
+    VM_TOLERANCE_MS per delayed direction. What is judged is thus our shaping against the
+    kernel's own netem, not the emulator's clock. The bound is fixed in advance and
+    recorded with every result; nothing is retried."""
 
     emulated: bool
-    reference_ms: float
-    reference_rise_ms: float
+    references: tuple[tuple[float, float], ...]
+    """(one-way reference delay, measured median RTT rise), ascending by delay."""
     tolerance_ms: float
 
     @property
-    def overshoot_ms(self) -> float:
-        """Per delayed direction (the reference delays one direction)."""
-        return round(self.reference_rise_ms - self.reference_ms, 3)
+    def lateness_ms(self) -> dict[float, float]:
+        """Per reference delay: how much later than configured netem delivered."""
+        return {delay: round(rise - delay, 3) for delay, rise in self.references}
+
+    def late_at(self, one_way_ms: float) -> float:
+        """The lateness expected at a one-way delay: linear between the two nearest
+        references, the nearest reference's outside their range."""
+        points = sorted(self.lateness_ms.items())
+        if one_way_ms <= points[0][0]:
+            return points[0][1]
+        for (d0, l0), (d1, l1) in itertools.pairwise(points):
+            if one_way_ms <= d1:
+                return round(l0 + (l1 - l0) * (one_way_ms - d0) / (d1 - d0), 3)
+        return points[-1][1]
 
     def expected_ms(self, configured_ms: float, directions: int = 1) -> float:
-        late = self.overshoot_ms * directions if self.emulated else 0.0
+        """``configured_ms`` is the RTT's whole configured delay, spread evenly over
+        ``directions`` delayed directions."""
+        late = self.late_at(configured_ms / directions) * directions if self.emulated else 0.0
         return round(configured_ms + late, 3)
 
     def bound_ms(self, directions: int = 1) -> float:
@@ -271,31 +290,37 @@ class DelayJudge:
                 "holds": self.holds(configured_ms, rise_ms, directions)}
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "overshoot_ms": self.overshoot_ms}
+        return {"emulated": self.emulated, "tolerance_ms": self.tolerance_ms,
+                "references": [list(r) for r in self.references],
+                "lateness_ms": self.lateness_ms}
 
 
-def judge_for(emulated: bool, reference_rise_ms: float,
-              reference_ms: float = REFERENCE_DELAY_MS) -> DelayJudge:
-    """The judge for this kind of kernel, from a reference measured in this run; raises
-    ValueError when the reference itself shows the kernel cannot be judged."""
-    judge = DelayJudge(emulated, reference_ms, reference_rise_ms,
+def judge_for(emulated: bool, rises: dict[float, float]) -> DelayJudge:
+    """The judge for this kind of kernel, from references measured in this run
+    (one-way delay -> median RTT rise); raises ValueError when a reference itself shows
+    the kernel cannot be judged."""
+    if not rises:
+        raise ValueError("no reference delay was measured")
+    judge = DelayJudge(emulated, tuple(sorted(rises.items())),
                        VM_TOLERANCE_MS if emulated else METAL_TOLERANCE_MS)
-    if emulated and not -judge.tolerance_ms <= judge.overshoot_ms <= VM_MAX_OVERSHOOT_MS:
-        raise ValueError(f"reference netem delay {reference_ms} ms rose the RTT by "
-                         f"{reference_rise_ms} ms: the emulated kernel's timers are off by "
-                         f"more than {VM_MAX_OVERSHOOT_MS} ms, nothing can be judged")
-    if not emulated and not judge.holds(reference_ms, reference_rise_ms):
-        raise ValueError(f"reference netem delay {reference_ms} ms rose the RTT by "
-                         f"{reference_rise_ms} ms on a real kernel (bound "
-                         f"{METAL_TOLERANCE_MS} ms)")
+    for delay, late in judge.lateness_ms.items():
+        if emulated and not -judge.tolerance_ms <= late <= VM_MAX_OVERSHOOT_MS:
+            raise ValueError(f"reference netem delay {delay} ms rose the RTT by "
+                             f"{rises[delay]} ms: the emulated kernel's timers are off by "
+                             f"more than {VM_MAX_OVERSHOOT_MS} ms, nothing can be judged")
+        if not emulated and abs(late) > judge.tolerance_ms + 1e-9:
+            raise ValueError(f"reference netem delay {delay} ms rose the RTT by "
+                             f"{rises[delay]} ms on a real kernel (bound "
+                             f"{METAL_TOLERANCE_MS} ms)")
     return judge
 
 
-def reference_rise(reference_ms: float = REFERENCE_DELAY_MS, *, count: int = 200,
-                   interval: float = 0.02) -> tuple[float, PingResult, PingResult]:
-    """Median RTT rise that a plain netem delay of ``reference_ms`` on one direction
-    gives, between two scratch namespaces of our own joined by a veth (removed after).
-    Returns (rise, idle pings, delayed pings)."""
+def reference_rises(references: Sequence[float] = REFERENCE_DELAYS_MS, *, count: int = 200,
+                    interval: float = 0.02) -> tuple[dict[float, float], PingResult,
+                                                     dict[float, PingResult]]:
+    """Median RTT rise that a plain netem delay on one direction gives, per reference
+    delay, between two scratch namespaces of our own joined by a veth (removed after).
+    Returns (delay -> rise, idle pings, delay -> delayed pings)."""
     tag = uuid.uuid4().hex[:6]
     a, b = f"nncal-a-{tag}", f"nncal-b-{tag}"
     ends = ((a, f"nncal{tag}a", IPv4Interface("198.18.251.1/30")),
@@ -314,11 +339,15 @@ def reference_rise(reference_ms: float = REFERENCE_DELAY_MS, *, count: int = 200
         peer = str(ends[1][2].ip)
         ping(a, peer, count=5, interval=0.1)  # ARP before anything is timed
         idle = ping(a, peer, count=count, interval=interval)
-        with netlink.route(a) as ipr:
-            ipr.tc("add", "netem", index=netlink.index(ipr, ends[0][1]), handle="1:",
-                   delay=int(reference_ms * 1000))
-        delayed = ping(a, peer, count=count, interval=interval)
-        return round(delayed.median_ms - idle.median_ms, 3), idle, delayed
+        rises: dict[float, float] = {}
+        delayed: dict[float, PingResult] = {}
+        for reference_ms in references:
+            with netlink.route(a) as ipr:
+                ipr.tc("replace", "netem", index=netlink.index(ipr, ends[0][1]), handle="1:",
+                       delay=int(reference_ms * 1000))
+            delayed[reference_ms] = ping(a, peer, count=count, interval=interval)
+            rises[reference_ms] = round(delayed[reference_ms].median_ms - idle.median_ms, 3)
+        return rises, idle, delayed
     finally:
         for namespace, _, _ in ends:
             netlink.remove_netns(namespace)
