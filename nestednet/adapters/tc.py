@@ -493,15 +493,14 @@ def _filter(msg: Any) -> dict[str, Any] | None:
     return out
 
 
-def read_port(ipr: IPRoute, port: str) -> dict[str, Any]:
-    found = ipr.link_lookup(ifname=port)
-    if not found:
+def _port_state(ipr: IPRoute, port: str, index: int | None, qdisc_msgs: list) -> dict[str, Any]:
+    if index is None:
         return {"port": port, "exists": False}
-    index = found[0]
-    qdiscs = [_qdisc(m) for m in ipr.get_qdiscs(index)]
+    qdiscs = [_qdisc(m) for m in qdisc_msgs]
+    root_kind, root_handle = next(((m.get_attr("TCA_KIND"), m["handle"]) for m in qdisc_msgs
+                                   if m["parent"] == 0xFFFFFFFF), ("noqueue", 0))
     classes = [_class(m) for m in ipr.get_classes(index)]
     filters = []
-    root_kind, root_handle = root_qdisc(ipr, index)
     if root_handle:
         filters = [f for f in (_filter(m) for m in ipr.get_filters(index, parent=root_handle))
                    if f]
@@ -511,9 +510,18 @@ def read_port(ipr: IPRoute, port: str) -> dict[str, Any]:
 
 
 def read(netns: str | None, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The kernel's tc objects on ``ports``, decoded to plain values (for `show`)."""
+    """The kernel's tc objects on ``ports``, decoded to plain values (for `show`).
+
+    One dump of the links and one of the qdiscs serve every port (a lookup per port
+    dumps them all again: quadratic on a lab with hundreds of ports); classes and
+    filters are dumped per device by the kernel itself."""
     with rtnl(netns) as ipr:
-        return {port: read_port(ipr, port) for port in ports}
+        indexes = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
+        qdiscs: dict[int, list] = {}
+        for msg in ipr.get_qdiscs():
+            qdiscs.setdefault(msg["index"], []).append(msg)
+        return {port: _port_state(ipr, port, indexes.get(port), qdiscs.get(indexes.get(port), []))
+                for port in ports}
 
 
 def snapshot(netns: str | None, ports: Sequence[str]) -> dict[str, Any]:
