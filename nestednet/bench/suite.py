@@ -93,10 +93,12 @@ def run_suite(experiment: str, out, *, quick: bool, seed: int = 1,
               repeats: int | None = None) -> dict:
     """Run one experiment or `all`; returns {name: result}. With `all`, a failing
     experiment is recorded in the report and the others still run. ``nodes`` and
-    ``repeats`` replace the startup experiment's node counts and creations per point."""
+    ``repeats`` replace the startup experiment's node counts and creations per point,
+    or the routing experiment's line lengths and measurements per point."""
     wanted = names(experiment)
-    if (nodes or repeats is not None) and wanted != ["startup"]:
-        raise UsageError("--nodes and --repeats apply to `bench startup` only")
+    if (nodes or repeats is not None) and wanted not in (["startup"], ["routing"]):
+        raise UsageError("--nodes and --repeats apply to `bench startup` and "
+                         "`bench routing` only")
     out = Path(out)
     machine = machine_info()
     results: dict[str, dict] = {}

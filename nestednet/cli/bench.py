@@ -42,11 +42,12 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed for the random choice of nodes, links and iPHYs.")
 @click.option("--nodes", "nodes", callback=_node_counts, metavar="LIST",
-              help="startup only: node counts to create instead of the mode's "
-                   "(e.g. 12,48,120; each is created once per repeat, nested and flat).")
+              help="startup: node counts to create instead of the mode's (e.g. "
+                   "12,48,120; each is created once per repeat, nested and flat). routing: "
+                   "line lengths instead of 12,24,48 (the hops series is then left out).")
 @click.option("--repeats", type=click.IntRange(1, 20), default=None,
-              help="startup only: creations per node count (default 1); the median is "
-                   "reported.")
+              help="startup: creations per node count (default 1); routing: "
+                   "measurements per point (default 3, quick 2); the median is reported.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON too.")
 def bench(experiment: str, quick: bool, out: Path | None, seed: int, nodes: tuple[int, ...],
           repeats: int | None, as_json: bool) -> None:

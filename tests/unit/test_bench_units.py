@@ -354,9 +354,11 @@ def test_startup_report_has_idle_cpu_and_memory_per_node_per_count():
     assert "nested/flat creation time at 120 x 4" in text
 
 
-def test_bench_node_counts_are_for_startup_only(tmp_path):
-    with pytest.raises(UsageError, match="`bench startup` only"):
+def test_bench_node_counts_are_for_startup_and_routing_only(tmp_path):
+    with pytest.raises(UsageError, match="`bench startup` and `bench routing` only"):
         suite.run_suite("memory", tmp_path / "out", quick=True, nodes=(3,))
+    with pytest.raises(UsageError, match="`bench routing` only"):
+        suite.run_suite("all", tmp_path / "out", quick=True, repeats=2)
     assert not (tmp_path / "out").exists()
     result = CliRunner().invoke(nestednet_main, ["bench", "startup", "--nodes", "12,0"])
     assert result.exit_code == 2 and "every node count must be 1 or more" in result.output

@@ -186,6 +186,8 @@ def test_routing_bench_reads_the_first_answer_and_builds_lines() -> None:
                                                     ("n2:iphy2", "n3:iphy1")]
     quick = bench_routing.params(True)
     assert max(quick["hops"]) + 1 <= 5 and max(quick["nodes"]) <= 8
+    only = bench_routing.params(False, nodes=(48, 24, 48), repeats=5)
+    assert only["hops"] == [] and only["nodes"] == [24, 48] and only["repeats"] == 5
     assert "routing" not in names("all") and names("routing") == ["routing"]
 
 
