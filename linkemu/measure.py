@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
 from nestednet.adapters import netlink, netns_exec
+from nestednet.model import tcplan
 
 IPERF3_PORT = 5201
 
@@ -315,12 +316,24 @@ def judge_for(emulated: bool, rises: dict[float, float]) -> DelayJudge:
     return judge
 
 
-def reference_rises(references: Sequence[float] = REFERENCE_DELAYS_MS, *, count: int = 200,
-                    interval: float = 0.02) -> tuple[dict[float, float], PingResult,
-                                                     dict[float, PingResult]]:
-    """Median RTT rise that a plain netem delay on one direction gives, per reference
-    delay, between two scratch namespaces of our own joined by a veth (removed after).
+REFERENCE_PARENTS = ("htb", "hfsc")
+"""netem sits under one of these in every shaping we do. In the emulated VM the parent adds
+lateness of its own (its dequeue waits on netem's timer; one run: +0.2-0.3 ms under HTB,
++0.5 under HFSC over plain netem), so each is calibrated as it is used."""
+REFERENCE_CLASS_BPS = 10**9
+"""The reference class's rate: far above what a ping needs, so it never queues."""
+
+
+def reference_rises(parent: str, references: Sequence[float] = REFERENCE_DELAYS_MS, *,
+                    count: int = 200, interval: float = 0.02
+                    ) -> tuple[dict[float, float], PingResult, dict[float, PingResult]]:
+    """Median RTT rise that netem as the leaf of one ``parent`` (htb or hfsc) class gives
+    on one direction, per reference delay, between two scratch namespaces of our own
+    joined by a veth (removed after). The arrangement is built here with pyroute2, not by
+    our shaping code, so a judge checks our shaping against the kernel's own behaviour.
     Returns (delay -> rise, idle pings, delay -> delayed pings)."""
+    if parent not in REFERENCE_PARENTS:
+        raise ValueError(f"no reference for netem under {parent!r}")
     tag = uuid.uuid4().hex[:6]
     a, b = f"nncal-a-{tag}", f"nncal-b-{tag}"
     ends = ((a, f"nncal{tag}a", IPv4Interface("198.18.251.1/30")),
@@ -341,10 +354,15 @@ def reference_rises(references: Sequence[float] = REFERENCE_DELAYS_MS, *, count:
         idle = ping(a, peer, count=count, interval=interval)
         rises: dict[float, float] = {}
         delayed: dict[float, PingResult] = {}
+        with netlink.route(a) as ipr:
+            index = netlink.index(ipr, ends[0][1])
+            ipr.tc("add", parent, index=index, handle="1:", default=0x10)
+            ipr.tc("add-class", parent, index=index, handle="1:10", parent="1:",
+                   **tcplan.class_params(parent, REFERENCE_CLASS_BPS))
         for reference_ms in references:
             with netlink.route(a) as ipr:
-                ipr.tc("replace", "netem", index=netlink.index(ipr, ends[0][1]), handle="1:",
-                       delay=int(reference_ms * 1000))
+                ipr.tc("replace", "netem", index=netlink.index(ipr, ends[0][1]),
+                       handle="10:", parent="1:10", delay=int(reference_ms * 1000))
             delayed[reference_ms] = ping(a, peer, count=count, interval=interval)
             rises[reference_ms] = round(delayed[reference_ms].median_ms - idle.median_ms, 3)
         return rises, idle, delayed

@@ -70,6 +70,6 @@ def test_netem_under_hfsc_delays_ping(veth_pair, delay_judge):
     assert {"hfsc", "netem"} <= kinds
     shaped = _pings(a)
     assert shaped.min_ms >= DELAY_MS, f"fastest shaped ping {shaped.min_ms} ms < {DELAY_MS} ms"
-    verdict = delay_judge.verdict(DELAY_MS, round(shaped.median_ms - idle.median_ms, 3))
+    verdict = delay_judge("hfsc").verdict(DELAY_MS, round(shaped.median_ms - idle.median_ms, 3))
     record("hfsc_netem", verdict=verdict)
     assert verdict["holds"], verdict

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
 from pathlib import Path
@@ -106,7 +106,8 @@ def _backward(props: LinkProperties):
     return direction(LAB, B, A, props)
 
 
-def test_delay_is_the_configured_one_way_delay(pair: Pair, delay_judge: measure.DelayJudge):
+def test_delay_is_the_configured_one_way_delay(
+        pair: Pair, delay_judge: Callable[[str], measure.DelayJudge]):
     idle = pair.ping()
     pair.shaper.up([_forward(LinkProperties(rate_bps=100_000_000)),
                     _backward(LinkProperties(rate_bps=100_000_000))])
@@ -116,7 +117,7 @@ def test_delay_is_the_configured_one_way_delay(pair: Pair, delay_judge: measure.
                                                     delay_us=delay_ms * 1000))])
         shaped = pair.ping(count=60 if delay_ms == 50 else 100)
         rise = round(shaped.median_ms - idle.median_ms, 3)
-        verdict = delay_judge.verdict(delay_ms, rise)
+        verdict = delay_judge("htb").verdict(delay_ms, rise)
         record("link_shaping_delay", idle=idle.summary(), shaped=shaped.summary(), **verdict)
         verdicts.append(verdict)
     kernel = pair.shaper.read([iphy_port(LAB, B)])[iphy_port(LAB, B)]

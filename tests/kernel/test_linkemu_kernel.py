@@ -128,7 +128,7 @@ def test_delay_raises_rtt_by_the_configured_amount(bed, tmp_path, shaper, delay_
     verdicts = []
     for delay_ms in (5, 20, 50):
         ok("set", "R1-C1", "forward", "--delay", f"{delay_ms}ms")
-        verdicts.append(delay_judge.verdict(delay_ms, rtt_rise(C1, SERVER, base)))
+        verdicts.append(delay_judge(shaper).verdict(delay_ms, rtt_rise(C1, SERVER, base)))
     record("delay", shaper=shaper, base=base.summary(), verdicts=verdicts)
     assert all(v["holds"] for v in verdicts), (shaper, verdicts)
 
@@ -280,9 +280,10 @@ def test_thesis_example_applies_as_written_and_shapes(bed, delay_judge):
     assert len(state["links"]) == 6 and all(r["in_sync"] for r in state["links"])
     assert state["emulator"]["bridge"] == "le-br"
     # Both directions are delayed here: two netem queues, each judged by the calibration.
-    verdicts = {n: delay_judge.verdict(expected_ms, rtt_rise(LAYOUT.edge_ns, "198.19.0.10",
-                                                             base, source=f"198.18.0.{n}"),
-                                       directions=2)
+    judge = delay_judge(shaping.DEFAULT_SHAPER)
+    verdicts = {n: judge.verdict(expected_ms, rtt_rise(LAYOUT.edge_ns, "198.19.0.10",
+                                                       base, source=f"198.18.0.{n}"),
+                                 directions=2)
                 for n, expected_ms in ((11, 22), (12, 10), (13, 60))}
     record("thesis_example", verdicts=verdicts)
     assert all(v["holds"] for v in verdicts.values()), verdicts
@@ -304,7 +305,7 @@ def test_an_emulator_inside_a_namespace(bed, tmp_path, delay_judge):
     before = tc.snapshot(LAYOUT.edge_ns, ["c1", "trunk"])
     ok("apply", str(path))
     assert all(r["in_sync"] for r in shaping.show()["links"])
-    verdict = delay_judge.verdict(10.0, rtt_rise(C1, SERVER, base))
+    verdict = delay_judge(shaping.DEFAULT_SHAPER).verdict(10.0, rtt_rise(C1, SERVER, base))
     record("netns_emulator", verdict=verdict)
     assert verdict["holds"], verdict
     assert sorted(json.loads(ok("clear", "--json").output)["cleared_ports"]) == ["c1", "trunk"]

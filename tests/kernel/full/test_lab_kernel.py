@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,8 @@ def _link_ping(lab: str) -> measure.PingResult:
     return measure.parse_ping(done.stdout)
 
 
-def test_rate_and_delay_on_an_inter_node_link(lab: str, delay_judge: measure.DelayJudge):
+def test_rate_and_delay_on_an_inter_node_link(
+        lab: str, delay_judge: Callable[[str], measure.DelayJudge]):
     """`link add --rate --delay`: the RTT rises by twice the one-way delay (both ports of
     the link are shaped), judged by the run's calibration; TCP goodput is at most the rate
     and near it."""
@@ -178,7 +180,7 @@ def test_rate_and_delay_on_an_inter_node_link(lab: str, delay_judge: measure.Del
     try:
         shaped = _link_ping(lab)
         # --delay is one-way, in each direction: the RTT carries it twice
-        verdict = delay_judge.verdict(2 * DELAY_MS,
+        verdict = delay_judge("htb").verdict(2 * DELAY_MS,
                                       round(shaped.median_ms - idle.median_ms, 3), directions=2)
         assert run_in(lab, "n2", "iphy1", "iperf3", "-s", "-D", "-1").returncode == 0
         for _ in range(20):
