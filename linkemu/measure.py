@@ -317,9 +317,9 @@ def judge_for(emulated: bool, rises: dict[float, float]) -> DelayJudge:
 
 
 REFERENCE_PARENTS = ("htb", "hfsc")
-"""netem sits under one of these in every shaping we do. In the emulated VM the parent adds
-lateness of its own (its dequeue waits on netem's timer; one run: +0.2-0.3 ms under HTB,
-+0.5 under HFSC over plain netem), so each is calibrated as it is used."""
+"""netem sits under one of these in every shaping we do. In the emulated VM delays through
+them came out later than plain netem's (one run: +0.2-0.3 ms through our HTB shaping, +0.5
+through HFSC), so each parent is calibrated as it is used."""
 REFERENCE_CLASS_BPS = 10**9
 """The reference class's rate: far above what a ping needs, so it never queues."""
 
