@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,14 +19,14 @@ import docker.errors
 from pyroute2 import NetlinkError
 
 from nestednet import images
-from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters import docker_engine, netlink, packet_sockets
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import (
     PARENT_CAPSET_OPTIONS,
     PARENT_PRIVILEGED_OPTIONS,
     parent_security_mode,
 )
-from nestednet.datapath import VethOffloads
+from nestednet.datapath import PORT_RCVBUF_BYTES, VethOffloads, reads_ports_by_socket
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import node_image, wiring
 from nestednet.lab.design import (
@@ -122,6 +123,8 @@ class NestedDesign(NodeDesign):
                         raise EnvironmentProblem(
                             f"wiring {topo.component_name(index)} of node n{node} failed: "
                             f"{exc}") from exc
+                if reads_ports_by_socket(build.datapath):
+                    enlarge_port_buffers(parent_pid, len(children))
                 routing = strategies.named(build.request.routing)
                 for index in children:
                     _start_routing(inner, routing, build.plan, node, index,
@@ -214,11 +217,49 @@ class NestedDesign(NodeDesign):
             wiring.unwire_component(handles, index)
             pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
             wiring.wire_component(handles, index, pid)
+        if reads_ports_by_socket(lab.meta.get("datapath", "")):
+            enlarge_port_buffers(parent_pid, lab.shape.iphys + 1)
         with lab.inner(number) as inner:
             _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
                            number, index, sidecar=_sidecar(inner, component) is not None)
         result["restarted"] = True
         return result
+
+
+def enlarge_port_buffers(parent_pid: int, ports: int, timeout: float = 10.0) -> int:
+    """Give the node switch's port sockets PORT_RCVBUF_BYTES (nestednet.datapath says
+    why); returns how many have it.
+
+    ovs-vswitchd opens a port's socket shortly after the port's OVSDB row is written, so
+    this waits (briefly) until all ``ports`` are there. A performance setting only: where
+    the kernel refuses (no pidfd_getfd, no ptrace right) the defaults stay, and the lab
+    works as before, with more retransmits."""
+    deadline = time.monotonic() + timeout
+    changed = 0
+    while True:
+        try:
+            pid = _node_vswitchd(parent_pid)
+            if pid is not None:
+                changed = packet_sockets.set_receive_buffers(pid, PORT_RCVBUF_BYTES)
+        except OSError:
+            return changed
+        if changed >= ports or time.monotonic() > deadline:
+            return changed
+        time.sleep(0.05)
+
+
+def _node_vswitchd(parent_pid: int) -> int | None:
+    """Host pid of the node's ovs-vswitchd: it detaches, so the parent's entrypoint (PID
+    1 of the parent's namespace) is its parent."""
+    with open(f"/proc/{parent_pid}/task/{parent_pid}/children") as f:
+        for pid in f.read().split():
+            try:
+                with open(f"/proc/{pid}/comm") as comm:
+                    if comm.read().strip() == "ovs-vswitchd":
+                        return int(pid)
+            except OSError:
+                continue
+    return None
 
 
 def _start_children(build: Build, inner: docker.DockerClient, node: int) -> dict[int, int]:
