@@ -21,12 +21,13 @@ this kernel does not let a namespace raise that default. Confirmed by enlarging 
 and 262,369 retransmits with the default, 315 and 395 with 4 MiB; 10.04 and 8.02 Gbit/s
 against 12.41 and 10.13.
 
-Each node's internal OVS is NestedNet's own, so there its AF_PACKET sockets get a larger
-receive buffer (PORT_RCVBUF_BYTES, set from outside: nestednet.adapters.packet_sockets).
+So a nested lab's port sockets get a larger receive buffer (PORT_RCVBUF_BYTES, set from
+outside: nestednet.adapters.packet_sockets): every port of each node's internal OVS,
+and in the host's OVS only the lab's own iPHY ports.
 
 The host's OVS belongs to the user: NestedNet reads its TSO setting and never changes it
-(scripts/setup sets it only when it starts OVS itself), and leaves its sockets' buffers
-as they are. Each node's internal OVS belongs
+(scripts/setup sets it only when it starts OVS itself); of its sockets, only those of
+the ports a lab adds get the larger buffer, and they go with the lab. Each node's internal OVS belongs
 to NestedNet, and the node parent starts it with TSO on.
 """
 

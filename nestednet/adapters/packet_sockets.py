@@ -21,18 +21,24 @@ SYS_PIDFD_GETFD = 438
 """The same number on every architecture Linux gave it to (x86_64, arm64, ...)."""
 
 
-def inodes(proc_net_packet: str) -> set[str]:
-    """Socket inodes listed in a /proc/PID/net/packet text (its last column)."""
+def sockets(proc_net_packet: str) -> dict[str, int]:
+    """Socket inode -> interface index, from a /proc/PID/net/packet text (its Inode and
+    Iface columns; an unbound socket has index 0)."""
     lines = proc_net_packet.splitlines()
-    if not lines or not lines[0].split() or lines[0].split()[-1] != "Inode":
-        return set()
-    return {line.split()[-1] for line in lines[1:] if line.split()}
+    header = lines[0].split() if lines else []
+    if "Inode" not in header or "Iface" not in header:
+        return {}
+    inode, iface = header.index("Inode"), header.index("Iface")
+    rows = [line.split() for line in lines[1:]]
+    return {row[inode]: int(row[iface]) for row in rows if len(row) == len(header)}
 
 
-def socket_fds(pid: int) -> list[int]:
-    """``pid``'s descriptors that are AF_PACKET sockets of its network namespace."""
+def socket_fds(pid: int, ifindexes: set[int] | None = None) -> list[int]:
+    """``pid``'s descriptors that are AF_PACKET sockets of its network namespace (only
+    those bound to ``ifindexes``, if given)."""
     with open(f"/proc/{pid}/net/packet") as f:
-        wanted = inodes(f.read())
+        wanted = {inode for inode, index in sockets(f.read()).items()
+                  if ifindexes is None or index in ifindexes}
     found = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -44,9 +50,10 @@ def socket_fds(pid: int) -> list[int]:
     return sorted(found)
 
 
-def set_receive_buffers(pid: int, size: int) -> int:
-    """Give every AF_PACKET socket of ``pid`` a receive buffer of ``size`` bytes (the
-    kernel doubles it, as for any SO_RCVBUF); returns how many sockets now have it.
+def set_receive_buffers(pid: int, size: int, ifindexes: set[int] | None = None) -> int:
+    """Give every AF_PACKET socket of ``pid`` (bound to ``ifindexes``, if given) a receive
+    buffer of ``size`` bytes (the kernel doubles it, as for any SO_RCVBUF); returns how
+    many sockets now have it.
 
     Raises OSError when the kernel refuses (no pidfd_getfd, no ptrace right on
     ``pid``, no CAP_NET_ADMIN)."""
@@ -54,7 +61,7 @@ def set_receive_buffers(pid: int, size: int) -> int:
     pidfd = os.pidfd_open(pid)
     changed = 0
     try:
-        for fd in socket_fds(pid):
+        for fd in socket_fds(pid, ifindexes):
             dup = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
             if dup < 0:
                 err = ctypes.get_errno()

@@ -15,11 +15,11 @@ ffff8f21c3a5b000 3      3    0003   14    1 2304   0      918290
 """
 
 
-def test_inodes_are_the_last_column_of_each_row():
-    assert packet_sockets.inodes(PROC_NET_PACKET) == {"918273", "918290"}
+def test_each_socket_inode_with_the_interface_it_is_bound_to():
+    assert packet_sockets.sockets(PROC_NET_PACKET) == {"918273": 12, "918290": 14}
 
 
 def test_no_sockets_and_unknown_layouts_give_nothing():
-    assert packet_sockets.inodes(PROC_NET_PACKET.splitlines()[0]) == set()
-    assert packet_sockets.inodes("") == set()
-    assert packet_sockets.inodes("sk RefCnt Type\nffff 3 3\n") == set()
+    assert packet_sockets.sockets(PROC_NET_PACKET.splitlines()[0]) == {}
+    assert packet_sockets.sockets("") == {}
+    assert packet_sockets.sockets("sk RefCnt Type\nffff 3 3\n") == {}
