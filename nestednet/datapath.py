@@ -27,8 +27,8 @@ and in the host's OVS only the lab's own iPHY ports.
 
 The host's OVS belongs to the user: NestedNet reads its TSO setting and never changes it
 (scripts/setup sets it only when it starts OVS itself); of its sockets, only those of
-the ports a lab adds get the larger buffer, and they go with the lab. Each node's internal OVS belongs
-to NestedNet, and the node parent starts it with TSO on.
+the ports a lab adds get the larger buffer, and they go with the lab. Each node's
+internal OVS belongs to NestedNet, and the node parent starts it with TSO on.
 """
 
 from __future__ import annotations
