@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from nestednet.bench import traffic
+from nestednet.bench import paper, traffic
 from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.lab import shaping
 from nestednet.lab.links import LabLinks
@@ -55,7 +55,7 @@ def run(bench: Bench) -> dict:
     dst, src = str(plan.inter_address(B.node, B.iphy).ip), str(plan.inter_address(1, 1).ip)
     netem = shaper.policy.netem
     result: dict = {"experiment": "fidelity", "params": p, "lab": lab.record.lab,
-                    "netem": netem, "notes": [
+                    "netem": netem, "thesis": paper.THESIS["fidelity"], "notes": [
                         "goodput is TCP payload: at most 95.6 % of the configured rate "
                         "(1448-byte segments in 1514-byte frames)",
                         "delay and loss are set on n1 -> n2 only; delay = average ping RTT "
@@ -122,8 +122,25 @@ def markdown(result: dict) -> str:
     ratios = [r["ratio_to_payload_ceiling"] for r in result["rate"]]
     if ratios:
         lines += ["", f"Median goodput / payload ceiling: {statistics.median(ratios):.3f}."]
-    lines += [*(f"- {n}" for n in result["notes"]), ""]
+    lines += ["", verdict(result), *(f"- {n}" for n in result["notes"]), ""]
     return "\n".join(lines)
+
+
+def verdict(result: dict) -> str:
+    """One line: goodput and delay error here beside the thesis's link emulator (§4.7)."""
+    ref = result.get("thesis") or paper.THESIS["fidelity"]
+    rate = [100 * r["ratio"] for r in result["rate"]]
+    errors = [d["error_ms"] for d in result.get("delay", [])]
+    delay = (f"delay error median {cell(statistics.median(errors), 3)} ms over the idle RTT"
+             if errors else "delay not measured")
+    here = (f"goodput {cell(min(rate), 1)}-{cell(max(rate), 1)} % of the configured rate"
+            if rate else "goodput not measured")
+    return (f"Verdict: {here} here, "
+            f"{cell(paper.value(ref['accuracy_pct_min']), 1)}-"
+            f"{cell(paper.value(ref['accuracy_pct_max']), 1)} % in the thesis "
+            f"(Fig. 4.10); {delay}, the thesis's testbed adds "
+            f"{cell(paper.value(ref['inherent_delay_ms']), 2)} ms (Table 4.2). "
+            f"Thesis: {ref['source']} ({ref['note']}).")
 
 
 def plot(result: dict, path: Path) -> None:

@@ -71,13 +71,31 @@ def markdown(result: dict) -> str:
               f"{cell(paper.value(ref['nested_stdev_pct_25']), 0)} % at 25, Containernet "
               f"{cell(paper.value(ref['flat_stdev_pct_min']), 0)}-"
               f"{cell(paper.value(ref['flat_stdev_pct_max']), 0)} %. Our samples are "
-              "sequential transfers, so our stdev % measures idle siblings, not sharing.", ""]
+              "sequential transfers, so our stdev % measures idle siblings, not sharing.",
+              verdict(result), ""]
     return "\n".join(lines)
+
+
+def verdict(result: dict) -> str:
+    """One line: is the nested spread at the largest node size within the paper's, and
+    below flat's, as §V.D found?"""
+    m = max(result["params"]["iphys"])
+    row = {pt["kind"]: pt["summary"] for pt in result["points"] if pt["iphys"] == m}
+    nested, flat = _spread_pct(row.get("nested", {})), _spread_pct(row.get("flat", {}))
+    ref = result["paper"]
+    steadier = "-" if nested is None or flat is None else ("yes" if nested <= flat else "no")
+    return (f"Verdict: spread at {m} iPHYs nested {cell(nested, 1)} %, flat {cell(flat, 1)} %"
+            f" (nested steadier: {steadier}); §V.D: NestedNet "
+            f"{cell(paper.value(ref['nested_stdev_pct_5']), 0)}-"
+            f"{cell(paper.value(ref['nested_stdev_pct_25']), 0)} %, Containernet "
+            f"{cell(paper.value(ref['flat_stdev_pct_min']), 0)}-"
+            f"{cell(paper.value(ref['flat_stdev_pct_max']), 0)} % (nested steadier: yes).")
 
 
 def _spread_pct(s: dict) -> float | None:
     """Stdev as % of the mean, the paper's measure of spread (§V.D)."""
-    return paper.ratio(s.get("stdev"), s.get("mean")) * 100 if s.get("mean") else None
+    share = paper.ratio(s.get("stdev"), s.get("mean"))
+    return None if share is None else share * 100
 
 
 

@@ -268,7 +268,9 @@ def test_report_prints_the_papers_numbers_with_their_sources():
     assert "0.03 here, 1.08 in Tables II/III" in text
     assert "Fig. 3: yes (72 % vs 98 %)" in text and "30.0 -> 8.0 Gbit/s nested" in text
     assert "Table IV 12 x 4: 3.5x" in text
-    assert text.count("Verdict:") == 4  # scaling has no printed numbers to compare
+    assert "Verdict: spread at 10 iPHYs nested 6.7 %, flat 6.7 % (nested steadier: yes); " \
+        "§V.D: NestedNet 4-7 %, Containernet 6-13 %" in text
+    assert text.count("Verdict:") == 5  # one per table
 
 
 def _cited(tree):
@@ -288,6 +290,11 @@ def test_every_paper_number_names_its_table_or_figure():
     for v in values:
         assert v["source"].startswith("paper-nestednet.txt, ")
         assert any(w in v["source"] for w in ("Table I", "Fig. 3", "§V.C", "§V.D")), v
+    thesis = list(_cited(paper.THESIS))
+    assert [v["value"] for v in thesis] == [95.3, 95.8, 1.67]
+    for v in thesis:
+        assert v["source"].startswith("thesis-nestednet-linkemu.txt, §4.7")
+        assert any(w in v["source"] for w in ("Fig. 4.10", "Table 4.2")), v
     assert paper.PAPER["links"]["cells"]["inter"]["2"]["flat_gbps"]["value"] == 24.11
 
 
@@ -317,6 +324,8 @@ def test_fidelity_report_without_netem_says_why_and_plots_rate_only(tmp_path):
     text = fidelity.markdown(result)
     assert "| 5 | 4.78 | 0.956 | 0.999 |" in text and "lacks sch_netem" in text
     assert "delay configured" not in text
+    assert "Verdict: goodput 95.6-95.6 % of the configured rate here, 95.3-95.8 % in the " \
+        "thesis (Fig. 4.10); delay not measured, the thesis's testbed adds 1.67 ms" in text
     fidelity.plot(result, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
 
@@ -330,6 +339,8 @@ def test_fidelity_report_with_netem_has_delay_and_loss_tables():
               "loss": [{"configured_pct": 5, "measured_pct": 4.6, "pings": 300}]}
     text = fidelity.markdown(result)
     assert "| 10 | 10.400 | 0.400 |" in text and "| 5 | 4.60 | 300 |" in text
+    assert "delay error median 0.400 ms over the idle RTT" in text
+    assert "Verdict: goodput not measured here, 95.3-95.8 % in the thesis" in text
 
 
 # --- startup at scale (--nodes, --repeats) ---------------------------------------------------

@@ -32,3 +32,9 @@ def test_advice_only_where_something_is_faster():
     assert "userspace-tso-enable=true" in slow and "restart ovs-vswitchd" in slow
     assert "AF_XDP" in slow
     assert "AF_XDP" not in dp.advice(dp.Datapath("netdev", False), ["internal"])
+
+
+def test_only_the_userspace_datapath_reads_ports_through_sockets():
+    assert dp.reads_ports_by_socket(dp.NETDEV)
+    assert not dp.reads_ports_by_socket(dp.SYSTEM)
+    assert dp.PORT_RCVBUF_BYTES > 208 * 1024  # above the kernel default it replaces
