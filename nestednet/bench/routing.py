@@ -36,8 +36,8 @@ EXPIRE_S = 8.0
 """Wait after removing the link, so the next repeat starts with no path."""
 PROBE_TTL = 255
 """Every node a path crosses costs two IP hops (its iPHY in, its iPHY out), so with
-ping's default TTL of 64 a probe dies beyond about 31 nodes and the far end of a
-48-node line never answers, however well babel did: the probe carries the maximum."""
+ping's default TTL of 64 a probe dies beyond about 31 nodes: the probe carries the
+maximum, as the components' own packets (and so the replies) do."""
 
 
 def params(quick: bool, nodes: tuple[int, ...] = (), repeats: int | None = None) -> dict:

@@ -48,6 +48,10 @@ def _ids(handles: NodeHandles, component: int) -> dict[str, str]:
             "org.nestednet.component": topo.component_name(component)}
 
 
+PATH_TTL = 255
+"""Initial TTL / hop limit in every component: the most a packet can carry."""
+
+
 def component_sysctls(component: int) -> dict[str, str]:
     """Kernel settings of a component's namespace (keys as under /proc/sys).
 
@@ -57,10 +61,15 @@ def component_sysctls(component: int) -> dict[str, str]:
     subnet but where only linked iPHYs hear each other, a redirect would point at a
     neighbour that cannot be reached. IPv6 is on (Docker turns it off for
     network-less containers) because routing daemons such as babeld speak over IPv6
-    link-local addresses even when they carry IPv4 routes.
+    link-local addresses even when they carry IPv4 routes. Packets start with the
+    largest TTL and hop limit: a path costs two IP hops per node it crosses (the iPHY in,
+    the iPHY out), so with the usual 64 nothing, not even an echo reply, crosses more
+    than about 31 nodes.
     """
     ifaces = [topo.CHILD_INTRA_IF] + ([topo.CHILD_INTER_IF] if component else [])
-    settings: dict[str, str] = {}
+    settings: dict[str, str] = {"net/ipv4/ip_default_ttl": str(PATH_TTL),
+                                "net/ipv6/conf/all/hop_limit": str(PATH_TTL),
+                                "net/ipv6/conf/default/hop_limit": str(PATH_TTL)}
     for conf in ("all", "default", *ifaces):
         settings[f"net/ipv6/conf/{conf}/disable_ipv6"] = "0"
         settings[f"net/ipv4/conf/{conf}/accept_redirects"] = "0"

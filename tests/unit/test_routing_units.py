@@ -61,6 +61,8 @@ def test_component_caps_parse_and_refuse() -> None:
 def test_iphys_forward_and_nobody_follows_redirects() -> None:
     iphy, gnab = component_sysctls(1), component_sysctls(0)
     assert iphy["net/ipv4/ip_forward"] == "1" and "net/ipv4/ip_forward" not in gnab
+    assert gnab["net/ipv4/ip_default_ttl"] == iphy["net/ipv4/ip_default_ttl"] == "255"
+    assert gnab["net/ipv6/conf/all/hop_limit"] == "255"
     assert iphy["net/ipv4/conf/inter/rp_filter"] == "0"
     assert iphy["net/ipv4/conf/all/send_redirects"] == "0"
     assert gnab["net/ipv4/conf/intra/accept_redirects"] == "0"
