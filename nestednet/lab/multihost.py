@@ -28,19 +28,16 @@ import docker
 import docker.errors
 import docker.types
 
-from nestednet.adapters import netlink, openflow, tc
+from nestednet.adapters import netlink, openflow
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.design import labels
-from nestednet.lab.links import COOKIE_MARK, PORT_BITS, LabLinks
+from nestednet.lab.links import COOKIE_MARK, LabLinks
 from nestednet.lab.record import DIRECTORY, OVS_BRIDGE, SERVICE, VETH, LabRecord, Resource
-from nestednet.lab.shaping import iphy_port
 from nestednet.lab.wiring import LAB_ID, component_sysctls
-from nestednet.model import link_rules, tcplan
+from nestednet.model import link_rules
 from nestednet.model import topology as topo
-from nestednet.model.link_properties import LinkProperties
 from nestednet.model.placement import Host, HostSet
-from nestednet.model.shaping_policy import SHAPER, ShapingPolicy
 from nestednet.model.tunnels import VXLAN_PORT, DataPlane, Tunnel, inner_mtu
 
 PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
@@ -70,12 +67,6 @@ class HostHandle:
 
     def bridge_target(self, bridge: str) -> str:
         return f"unix:{self.ovs_rundir}/{bridge}.mgmt"
-
-
-def link_cookie(pa: int, pb: int) -> int:
-    """The cookie of a link's flows, as nestednet.lab.links gives it on one host."""
-    pa, pb = sorted((pa, pb))
-    return COOKIE_MARK | (pa << PORT_BITS) | pb
 
 
 # --- lab networks: main bridges and tunnels ---------------------------------------------
@@ -204,75 +195,6 @@ def wire_iphy(lab: str, dp: DataPlane, host: HostHandle, node: int, iphy: int,
 
 
 # --- links -------------------------------------------------------------------------------
-
-
-def link_add(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
-             b: topo.Endpoint) -> list[str]:
-    """Check Algorithm 1's rules against the links on every host, then install link a-b:
-    its rules on each host it touches (one bundle per host). Returns the hosts changed.
-
-    The check and the write are not under one lock across hosts yet: callers on one
-    machine serialise through the lab lock (nestednet.lab.lock), as `link add` does."""
-    link_rules.check_new_link(current_links(lab, dp, hosts.values()), a, b)
-    cookie = link_cookie(dp.plan.port_number(a.node, a.iphy),
-                         dp.plan.port_number(b.node, b.iphy))
-    per_host: dict[str, list[str]] = {}
-    for flow in dp.link_flows(a, b):
-        per_host.setdefault(flow.host, []).append(openflow.host_flow_line(
-            cookie, flow.in_port, flow.out_port, match_tag=flow.match_tag,
-            push_tag=flow.push_tag))
-    for name, lines in per_host.items():
-        openflow.apply(hosts[name].bridge_target(topo.main_bridge(lab)), lines)
-    return sorted(per_host)
-
-
-def link_del(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
-             b: topo.Endpoint) -> list[str]:
-    link_rules.find_link(current_links(lab, dp, hosts.values()), a, b)
-    cookie = link_cookie(dp.plan.port_number(a.node, a.iphy),
-                         dp.plan.port_number(b.node, b.iphy))
-    names = dp.hosts_of_link(a, b)
-    for name in names:
-        openflow.apply(hosts[name].bridge_target(topo.main_bridge(lab)),
-                       [openflow.delete_line(cookie)])
-    return names
-
-
-def shape_link(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
-               b: topo.Endpoint, properties: LinkProperties,
-               policy: ShapingPolicy) -> list[str]:
-    """Shape both directions of link a-b exactly as on one host: direction x -> y on y's
-    main-bridge port, which is on y's host, so a cross-host link is shaped by two hosts.
-    Call before `link_add` (no unshaped packet crosses). Returns host:port per direction.
-
-    Unlike one host (nestednet.lab.shaping), the port's TSO/GSO/GRO stay on. Measured on
-    the emulated hosts (whose OVS runs userspace TSO): with them off, a 20 Mbit/s
-    cross-host link carried 0.25 Mbit/s of TCP; left on, 19.2 Mbit/s. Why is not yet
-    understood. Not recorded for rollback yet: the trees go with the veths at
-    `delete_lab`."""
-    policy.check(properties, f"{a}-{b}")
-    shaped = []
-    for src, dst in ((a, b), (b, a)):
-        host = hosts[dp.host_of(dst)]
-        port = iphy_port(lab, dst)
-        tc.build(tcplan.port_tree_ops(port, f"{src}->{dst}", policy.shape(properties), SHAPER,
-                                      netem=policy.netem),
-                 host.netns, [port], [], "nestednet")
-        shaped.append(f"{host.name}:{port}")
-    return shaped
-
-
-def current_links(lab: str, dp: DataPlane,
-                  hosts: Iterable[HostHandle]) -> list[link_rules.Link]:
-    """The links on all hosts' main bridges, from their flows' cookies."""
-    m = dp.plan.shape.iphys
-
-    def end(port: int) -> topo.Endpoint:
-        return topo.Endpoint((port - 1) // m + 1, (port - 1) % m + 1)
-
-    mask = (1 << PORT_BITS) - 1
-    return sorted(link_rules.normalized(end((c >> PORT_BITS) & mask), end(c & mask))
-                  for c in links(lab, hosts))
 
 
 def links(lab: str, hosts: Iterable[HostHandle]) -> set[int]:
@@ -490,7 +412,9 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
             removed.append(f"{name}: not reachable, nothing removed there ({exc})")
     try:
         services = {r.name for r in elsewhere if r.kind == SERVICE}
-        volumes: dict[str, list[str]] = {}
+        # Named before the services go: Swarm removes their containers, not always the
+        # parents' anonymous volumes (the inner engines' data).
+        volumes = {name: _volumes(lab, host) for name, host in reachable.items()}
         if services and reachable:
             manager = swarm_manager(reachable)
             for service in manager.services.list(filters={"label": f"{LAB_ID}={lab}"}):
@@ -501,8 +425,6 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
         for name, host in reachable.items():
             mine = [r for r in elsewhere if r.where == name]
             containers = _wait_containers_gone(lab, host, dry_run)
-            volumes[name] = [m["Name"] for c in containers for m in c.attrs.get("Mounts", [])
-                             if m.get("Type") == "volume"]
             for c in containers:
                 if not dry_run:
                     with contextlib.suppress(docker.errors.NotFound):
@@ -512,6 +434,7 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
                 if not dry_run:
                     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                         host.engine.volumes.get(volume).remove(force=True)
+                removed.append(f"{name}: volume {volume[:12]}")
             bridges = host.ovs.bridges()
             for r in (r for r in mine if r.kind == OVS_BRIDGE):
                 if bridges.get(r.name, {}).get(LAB_ID) == lab:
@@ -534,6 +457,12 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
     finally:
         close_all(reachable.values())
     return removed
+
+
+def _volumes(lab: str, host: HostHandle) -> list[str]:
+    return [m["Name"] for c in host.engine.containers.list(
+        all=True, filters={"label": f"{LAB_ID}={lab}"})
+        for m in c.attrs.get("Mounts", []) if m.get("Type") == "volume"]
 
 
 def _wait_containers_gone(lab: str, host: HostHandle, dry_run: bool, timeout: float = 60):
