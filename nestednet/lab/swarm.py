@@ -142,8 +142,7 @@ class SwarmDesign(NodeDesign):
             inner.close()
 
     def close(self) -> None:
-        if self.archive is not None:
-            self.archive.unlink(missing_ok=True)
+        # The archive stays (one per image id): the next create loads it without a save.
         mh.close_all(self.hosts.values())
         self.hosts = {}
 

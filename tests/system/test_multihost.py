@@ -23,6 +23,7 @@ import pytest
 from nestednet import images
 from nestednet.adapters import tc
 from nestednet.capabilities.hosts import host_checks
+from nestednet.lab import designs
 from nestednet.lab import multihost as mh
 from nestednet.lab.record import LabRecord
 from nestednet.lab.wiring import LAB_ID
@@ -37,6 +38,7 @@ CRASH = "mhcrash"
 CLI = str(Path(sys.executable).parent / "nestednet")
 SHAPE = topo.Shape(6, 2)
 PLAN = AddressPlan.for_shape(SHAPE)
+E = topo.Endpoint
 
 
 def nn(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -78,15 +80,17 @@ def ping(node: int, iphy: int, address: str, count: int = 3) -> int:
     raise AssertionError(f"no ping summary: {done.stdout} {done.stderr}")
 
 
-def iperf(server: tuple[int, int], client: tuple[int, int]) -> float:
-    """Received bits/s of one 3 s iperf3 TCP stream from ``client`` to ``server``."""
+def iperf(server: tuple[int, int], client: tuple[int, int], port: int = 5201) -> float:
+    """Received bits/s of one 3 s iperf3 TCP stream from ``client`` to ``server`` (0: it
+    did not connect)."""
     address = addr(*server)
     done = nn("exec", "--lab", LAB, f"n{server[0]}", f"iphy{server[1]}", "--", "iperf3", "-s",
-              "-D", "-1", "-B", address)
+              "-D", "-1", "-B", address, "-p", str(port))
     assert done.returncode == 0, done.stderr
     time.sleep(1)
     done = nn("exec", "--lab", LAB, f"n{client[0]}", f"iphy{client[1]}", "--", "timeout", "20",
-              "iperf3", "-c", address, "-t", "3", "-J", "--connect-timeout", "3000")
+              "iperf3", "-c", address, "-p", str(port), "-t", "3", "-J",
+              "--connect-timeout", "3000")
     try:
         return float(json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"])
     except (ValueError, KeyError):
@@ -168,7 +172,8 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file):
         same_bps = iperf((3, 2), (1, 2))
         assert cross_bps > 0 and same_bps > 0
         assert nn("link", "del", "--lab", LAB, "n1:iphy1", "n2:iphy1").returncode == 0
-        assert iperf((2, 1), (1, 1)) == 0.0, "link del stops TCP too"
+        # Its own port: the server that this client never reaches keeps listening.
+        assert iperf((2, 1), (1, 1), port=5202) == 0.0, "link del stops TCP too"
 
         shaped = nn("link", "add", "--lab", LAB, "n1:iphy1", "n2:iphy1", "--rate", "20Mbit")
         assert shaped.returncode == 0, shaped.stderr
@@ -182,8 +187,10 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file):
             port = f"{LAB}-{node}x1"
             root = tc.snapshot(hosts.handles[host].netns, [port])[port]
             assert root is not None and root[1] != tc.OUR_ROOT, (port, root)
-        print(f"load before {load_before} after {uptime()}\ncreate (CLI, 6x2 over 2 hosts) "
-              f"{create_s:.1f} s; link add (CLI, cross-host) {link_add_s:.2f} s\n"
+        steps = _step_bench(hosts)
+        print(f"load before {load_before} after {uptime()}\n{steps}\n"
+              f"create (CLI, 6x2 over 2 hosts) {create_s:.1f} s; "
+              f"link add (CLI, cross-host) {link_add_s:.2f} s\n"
               f"cross-host {cross_rtt}\nsame-host {same_rtt}\niperf3 3 s: cross-host "
               f"{cross_bps / 1e6:.0f} Mbit/s, same-host {same_bps / 1e6:.0f} Mbit/s, "
               f"cross-host at --rate 20Mbit {shaped_bps / 1e6:.2f} Mbit/s")
@@ -194,6 +201,45 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file):
     assert mh.leftovers(LAB, hosts.manager, hosts.handles.values()) == []
     assert volumes(hosts) == before_volumes
     assert not LabRecord(LAB).exists()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _step_bench(hosts, repeats: int = 15) -> str:
+    """A CA-like step (3 links added in one `apply_step`, then removed) on the lab's hosts:
+    3 cross-host links (a bundle on each host, the hosts in parallel) against 3 links on
+    one host (one bundle), alternating in the same run; wall time per add step and the
+    spread between the hosts' bundles, p50/p90 in ms."""
+    record = LabRecord(LAB)
+    design = designs.of(record.meta())
+    try:
+        links = design.links(record)
+        links.apply_step([], links.links())
+        cross = [(E(1, 1), E(2, 1)), (E(3, 1), E(4, 1)), (E(5, 1), E(6, 1))]
+        one_host = [(E(2, 1), E(4, 1)), (E(2, 2), E(6, 1)), (E(4, 2), E(6, 2))]
+        wall: dict[str, list[float]] = {"cross": [], "one": []}
+        spread: list[float] = []
+        for i in range(repeats):
+            for kind, step in (("cross", cross), ("one", one_host)):
+                t0 = time.monotonic()
+                done = links.apply_step(step, [])
+                wall[kind].append(time.monotonic() - t0)
+                if kind == "cross":
+                    spread.append(max(done.values()) - min(done.values()))
+                    assert sorted(done) == hosts.names
+                    if i == 0:
+                        assert ping(5, 1, addr(6, 1)) == 3
+                links.apply_step([], step)
+        assert links.links() == []
+        ms = {k: (1e3 * _pct(v, 0.5), 1e3 * _pct(v, 0.9)) for k, v in
+              (("cross", wall["cross"]), ("one", wall["one"]), ("spread", spread))}
+        return ("step of 3 links, p50/p90 ms over " + str(repeats) + ": " +
+                ", ".join(f"{k} {a:.1f}/{b:.1f}" for k, (a, b) in ms.items()))
+    finally:
+        design.close()
 
 
 def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, hosts_file):
