@@ -150,6 +150,8 @@ class NodeDesign(abc.ABC):
     """The routing strategies (nestednet.routing.strategies) its nodes can run."""
     user_images: bool = False
     """Whether its components can run users' images (`--image`)."""
+    plays_scenarios: bool = True
+    """Whether `nestednet run` can play a scenario on its labs (a CA needs GNABs)."""
 
     @abc.abstractmethod
     def required_images(self) -> tuple[str, ...]:

@@ -65,6 +65,7 @@ class SwarmDesign(NodeDesign):
     kind = "swarm"
     title = "multi-host "
     phases = ("parents", "inner daemons", "children", "wiring")
+    plays_scenarios = False
 
     def __init__(self) -> None:
         self.hosts: dict[str, mh.HostHandle] = {}

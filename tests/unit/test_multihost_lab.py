@@ -151,3 +151,13 @@ def test_create_cli_refuses_bad_multihost_options_with_exit_2(tmp_path, args, wo
     result = CliRunner().invoke(main, ["create", "-n", "2", "-m", "1", *args])
     assert result.exit_code == 2, result.output
     assert words in result.output
+
+
+def test_run_refuses_a_multihost_lab_before_touching_it(tmp_path):
+    from nestednet.ca.session import check_fits
+    from nestednet.lab.nodes import Lab
+    from nestednet.model.scenario_file import load_scenario
+
+    lab = Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(4, 2), client=None)
+    with pytest.raises(UsageError, match="swarm lab: `run` cannot play scenarios"):
+        check_fits(load_scenario("scenarios/small-4x2.json"), lab)
