@@ -120,8 +120,9 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     with Progress(*columns, console=err_console, transient=False) as bar:
         tasks = {phase: bar.add_task(phase, total=nodes) for phase in design.phases}
         meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
-    out_console.print(f"{design.title}lab {lab}: {nodes} nodes x (gnab + {iphys} "
-                      f"iPHYs) created in "
+    made = (f"{iphys} iPHYs, no GNAB yet) over {len(set(meta['placement'].values()))} hosts"
+            if "placement" in meta else f"gnab + {iphys} iPHYs)")
+    out_console.print(f"{design.title}lab {lab}: {nodes} nodes x ({made} created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
                       f"{meta['parent_security']}, routing {routing})")
     if timings:
