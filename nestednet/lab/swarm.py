@@ -112,8 +112,7 @@ class SwarmDesign(NodeDesign):
                 raise UsageError(f"lab name {request.lab} is in use on host {name}: "
                                  f"{', '.join(taken[:5])}",
                                  hint="delete that lab, or pick another --lab name")
-        self.archive = images.image_archive(build.client, images.COMPONENT_IMAGE,
-                                            kind="swarm-lab")
+        self.archive = images.component_archive(build.client)
 
     def lab_networks(self, build: Build) -> None:
         assert self.dp is not None
