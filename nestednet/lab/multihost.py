@@ -248,8 +248,8 @@ def leftovers(lab: str, manager: docker.DockerClient, hosts: Iterable[HostHandle
     left = [f"service {s.name}" for s in
             manager.services.list(filters={"label": f"{LAB_ID}={lab}"})]
     for host in hosts:
-        left += [f"{host.name}: container {c.name}" for c in
-                 host.engine.containers.list(all=True, filters={"label": f"{LAB_ID}={lab}"})]
+        left += [f"{host.name}: container {c['Names'][0].lstrip('/')}"
+                 for c in _lab_containers(lab, host)]
         left += [f"{host.name}: OVS bridge {b}" for b, ids in host.ovs.bridges().items()
                  if ids.get(LAB_ID) == lab or b == topo.main_bridge(lab)]
         with netlink.route(host.netns) as ipr:
@@ -443,8 +443,8 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
             for c in containers:
                 if not dry_run:
                     with contextlib.suppress(docker.errors.NotFound):
-                        c.remove(v=True, force=True)
-                removed.append(f"{name}: container {c.name}")
+                        host.engine.api.remove_container(c["Id"], v=True, force=True)
+                removed.append(f"{name}: container {c['Names'][0].lstrip('/')}")
             for volume in volumes[name]:
                 if not dry_run:
                     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
@@ -474,10 +474,15 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
     return removed
 
 
+def _lab_containers(lab: str, host: HostHandle) -> list[dict]:
+    """The lab's containers on ``host`` as the engine lists them: one call, no inspect per
+    container (Swarm removes its tasks' containers meanwhile: an inspect would 404)."""
+    return host.engine.api.containers(all=True, filters={"label": f"{LAB_ID}={lab}"})
+
+
 def _volumes(lab: str, host: HostHandle) -> list[str]:
-    return [m["Name"] for c in host.engine.containers.list(
-        all=True, filters={"label": f"{LAB_ID}={lab}"})
-        for m in c.attrs.get("Mounts", []) if m.get("Type") == "volume"]
+    return [m["Name"] for c in _lab_containers(lab, host)
+            for m in c.get("Mounts") or [] if m.get("Type") == "volume"]
 
 
 def _wait_containers_gone(lab: str, host: HostHandle, dry_run: bool, timeout: float = 60):
@@ -485,7 +490,7 @@ def _wait_containers_gone(lab: str, host: HostHandle, dry_run: bool, timeout: fl
     stop its removed services' tasks (a dry run does not wait)."""
     deadline = time.monotonic() + (0 if dry_run else timeout)
     while True:
-        left = host.engine.containers.list(all=True, filters={"label": f"{LAB_ID}={lab}"})
+        left = _lab_containers(lab, host)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.3)
