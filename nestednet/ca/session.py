@@ -30,6 +30,7 @@ from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import UsageError
+from nestednet.lab import designs
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
@@ -160,6 +161,11 @@ class Live:
 
 
 def check_fits(scenario: Scenario, lab: Lab) -> None:
+    design = designs.of(lab.meta)
+    if not design.plays_scenarios:
+        raise UsageError(f"lab {lab.record.lab} is a {design.kind} lab: `run` cannot play "
+                         "scenarios on it yet (its nodes have no GNAB)",
+                         hint="docs/multihost.md says what multi-host labs can do")
     needed_iphys = max(n.iphys for n in scenario.nodes)
     if len(scenario.nodes) > lab.shape.nodes or needed_iphys > lab.shape.iphys:
         raise UsageError(

@@ -66,12 +66,12 @@ def _given(rate: str | None, delay: str | None, jitter: str | None,
 def _open(lab: str, mode: str, keep_order: bool = False):
     """(the lab's links, its shaper, the shaping module) for one command."""
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import shaping
-    from nestednet.lab.links import LabLinks
+    from nestednet.lab import designs, shaping
     from nestednet.lab.nodes import Lab
 
-    record = Lab.open(lab).record
-    return LabLinks.of(record), shaping.lab_shaper(record, mode, keep_order), shaping
+    opened = Lab.open(lab)
+    links = designs.of(opened.meta).links(opened.record)
+    return links, shaping.lab_shaper(opened.record, mode, keep_order, links), shaping
 
 
 @link.command("add")
@@ -138,12 +138,13 @@ def list_(lab: str, as_json: bool) -> None:
     """List the links on the main bridge: configured properties beside the kernel's, and
     which links a dead node broke."""
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab.links import broken_because, dead_nodes
+    from nestednet.lab import designs
+    from nestednet.lab.links import broken_because
     from nestednet.lab.nodes import Lab
 
     links, shaper, lib = _open(lab, FULL)
     opened = Lab.open(lab)
-    dead = dead_nodes(opened.client, lab, opened.shape.nodes)
+    dead = designs.of(opened.meta).dead_nodes(opened)
     present = links.links()
     rows = [{**row, "broken": broken_because(x, dead)}
             for x, row in zip(present, lib.list_links(links, shaper), strict=True)]

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from nestednet.console import FiniteFloat, err_console, out_console, print_json
+from nestednet.errors import UsageError
 from nestednet.model.component_spec import (
     COMPONENT_CAPS,
     parse_component_caps,
@@ -61,9 +62,20 @@ def register(group: click.Group) -> None:
                    "from the host's engine. NestedNet's agent and routing run beside it in "
                    "a sidecar sharing its network namespace; its own process must keep "
                    "running.")
+@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Spread the nodes over the hosts of this file "
+                                 "(nestednet/schemas/hosts.schema.json): parents become "
+                                 "Docker Swarm services, VXLAN joins the hosts' main bridges. "
+                                 "Partial: iPHYs only, emulated hosts only (docs/multihost.md).")
+@click.option("--spread/--pack", "spread", default=True, show_default=True,
+              help="With --hosts: even out the nodes over the hosts, or fill each host up "
+                   "to its capacity in file order.")
+@click.option("--place", "pins", multiple=True, metavar="NODE=HOST",
+              help="With --hosts: put NODE on HOST (repeatable), before the others are placed.")
 def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | None,
            jobs: int | None, timings: bool, flat: bool, routing: str,
-           component_caps: tuple[str, ...], user_images: tuple[tuple[str, str], ...]) -> None:
+           component_caps: tuple[str, ...], user_images: tuple[tuple[str, str], ...],
+           hosts_file: Path | None, spread: bool, pins: tuple[str, ...]) -> None:
     """Create a lab of N nodes, each a GNAB plus M iPHYs.
 
     Every node is a Docker-in-Docker parent `<lab>-n<i>` holding an inner engine
@@ -81,25 +93,36 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
       nestednet create --nodes 2 --iphys 2 --memory 64
       nestednet exec n1 iphy1 -- ping -c1 192.168.0.1
       nestednet create --nodes 5 --iphys 2 --routing babel --lab mh
+      nestednet create -n 6 -m 2 --hosts hosts.json --place n1=hostA --lab mh
     """
     # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
     from nestednet.lab import create as lab_create
     from nestednet.lab import designs
+    from nestednet.model.placement import load_hosts
 
-    design = designs.named("flat" if flat else "nested")
+    if hosts_file is None and (pins or not spread):
+        raise UsageError("--place and --pack need --hosts FILE")
+    if flat and hosts_file is not None:
+        raise UsageError("--flat and --hosts cannot be combined",
+                         hint="labs over several hosts are nested")
+    design = designs.named("flat" if flat else "swarm" if hosts_file else "nested")
     request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
                                        memory_mb=memory, design=design.kind,
                                        routing=routing, component_caps=component_caps,
                                        images=user_images,
-                                       jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS)
+                                       jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS,
+                                       hosts=load_hosts(hosts_file) if hosts_file else None,
+                                       placement="spread" if spread else "packed",
+                                       pins=pins)
     lab_create.validate(request)
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as bar:
         tasks = {phase: bar.add_task(phase, total=nodes) for phase in design.phases}
         meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
-    out_console.print(f"{design.title}lab {lab}: {nodes} nodes x (gnab + {iphys} "
-                      f"iPHYs) created in "
+    made = (f"{iphys} iPHYs, no GNAB yet) over {len(set(meta['placement'].values()))} hosts"
+            if "placement" in meta else f"gnab + {iphys} iPHYs)")
+    out_console.print(f"{design.title}lab {lab}: {nodes} nodes x ({made} created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
                       f"{meta['parent_security']}, routing {routing})")
     if timings:
@@ -131,12 +154,17 @@ def status(lab: str, as_json: bool) -> None:
                       f"{data['ca']['netns']})")
     out_console.print(f"routing {data.get('routing', 'none')}; node addresses "
                       f"{plan.get('node', '-')} (one /32 per node on its GNAB's loopback)")
-    table = Table("node", "node address", "state", "mem MB", "component", "state", "intra",
-                  "inter/ctl")
+    hosts = "placement" in data
+    if hosts:
+        out_console.print("hosts: " + ", ".join(f"{h['name']} ({h['address']})"
+                                                for h in data["hosts"]))
+    table = Table("node", *(["host"] if hosts else []), "node address", "state", "mem MB",
+                  "component", "state", "intra", "inter/ctl")
     for node in data["nodes"]:
         first = True
         for comp in node["components"] or [{}]:
             table.add_row(node["node"] if first else "",
+                          *([node.get("host", "") if first else ""] if hosts else []),
                           node.get("node_address", "") if first else "",
                           node["state"] if first else "",
                           str(node.get("memory_mb")) if first else "",
@@ -147,8 +175,10 @@ def status(lab: str, as_json: bool) -> None:
     out_console.print(table)
     if data["links"]:
         for link in data["links"]:
+            across = (f" [{' <-> '.join(link['hosts'])}]" if len(link.get("hosts", [])) > 1
+                      else "")
             out_console.print(f"link {link['a']} ({link['a_address']}) <-> {link['b']} "
-                              f"({link['b_address']})")
+                              f"({link['b_address']}){across}")
     else:
         out_console.print("no links (nodes cannot reach each other; `nestednet link add`)")
 

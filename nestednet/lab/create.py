@@ -24,7 +24,7 @@ from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, Interrupted, NestedNetError, UsageError
 from nestednet.lab import designs, lock, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
-from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
+from nestednet.lab.record import LabRecord
 from nestednet.lab.runs import process_start
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
@@ -63,6 +63,7 @@ def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
     if request.images and not design.user_images:
         raise UsageError(f"--image is not available in {request.design} labs",
                          hint="their components are processes in one container")
+    design.check_request(request, shape)
     return shape, plan
 
 
@@ -123,14 +124,15 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
                 offloads = VethOffloads.choose(datapath, host_ovs.switch_config())
                 meta = initial_meta(request, shape, plan, datapath,
                                     design.parent_security(client), kind=design.kind,
-                                    veth_offloads=offloads.as_dict())
+                                    veth_offloads=offloads.as_dict(),
+                                    **design.extra_meta(request, shape))
                 record.write_meta(meta)
                 clock.spans[PREPARE_PHASE] = [(started, time.monotonic())]
                 build = Build(request, shape, plan, record, client, host_ovs, datapath,
                               offloads, clock, notify)
                 design.prepare(build)
                 with clock.span(LAB_PHASE):
-                    _lab_networks(request.lab, record, host_ovs, datapath, plan)
+                    design.lab_networks(build)
                 _build_nodes(build, design.build_node)
             except BaseException as exc:
                 with deferred_sigint():
@@ -143,6 +145,7 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
                 raise
             return complete(record, meta, started, clock)
     finally:
+        design.close()
         host_ovs.close()
 
 
@@ -205,17 +208,3 @@ def roll_back(record: LabRecord, client: docker.DockerClient, host_ovs: Ovsdb,
             error.hint = (f"rolling back failed too ({undo}); "
                           "`nestednet cleanup` removes what is left")
         return teardown.Removed()
-
-
-def _lab_networks(lab: str, record: LabRecord, ovs: Ovsdb, datapath: str,
-                  plan: AddressPlan) -> None:
-    """The main bridge (secure, no flows: no links yet) and the control namespace."""
-    bridge = topo.main_bridge(lab)
-    record.add(OVS_BRIDGE, bridge)
-    ovs.add_bridge(bridge, datapath_type=datapath, external_ids={LAB_ID: lab},
-                   fail_mode="secure")
-    name = topo.control_netns(lab)
-    record.add(NETNS, name)
-    netlink.create_netns(name)
-    with netlink.route(name) as ctl:
-        netlink.add_bridge(ctl, topo.control_bridge(lab), plan.ca_address())

@@ -28,15 +28,18 @@ import docker
 import docker.errors
 
 from nestednet import LABEL_PREFIX
+from nestednet.adapters import netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.datapath import VethOffloads
-from nestednet.errors import EnvironmentProblem
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.lab.links import LabLinks, dead_nodes
 from nestednet.lab.nodes import Lab, cgroup_memory
-from nestednet.lab.record import LabRecord
+from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
 from nestednet.model.component_spec import COMPONENT_CAPS
+from nestednet.model.placement import DEFAULT_STRATEGY, HostSet
 from nestednet.routing.strategy import RoutingStrategy
 
 DEFAULT_JOBS = max(2, min(8, (os.cpu_count() or 2) * 2))
@@ -65,6 +68,12 @@ class CreateRequest:
     """Capabilities added to Docker's defaults in every component (`--component-caps`)."""
     images: tuple[tuple[str, str], ...] = ()
     """(role, image) pairs: users' images for the GNABs and/or iPHYs (`--image`)."""
+    hosts: HostSet | None = None
+    """The machines of a multi-host lab (`--hosts FILE`); None: this machine alone."""
+    placement: str = DEFAULT_STRATEGY
+    """How nodes are spread over ``hosts`` (nestednet.model.placement.STRATEGIES)."""
+    pins: tuple[str, ...] = ()
+    """`--place NODE=HOST` items, checked against the shape and the hosts."""
 
     def image_for(self, component: int) -> str | None:
         """The user's image for this component, or None for NestedNet's own."""
@@ -141,6 +150,8 @@ class NodeDesign(abc.ABC):
     """The routing strategies (nestednet.routing.strategies) its nodes can run."""
     user_images: bool = False
     """Whether its components can run users' images (`--image`)."""
+    plays_scenarios: bool = True
+    """Whether `nestednet run` can play a scenario on its labs (a CA needs GNABs)."""
 
     @abc.abstractmethod
     def required_images(self) -> tuple[str, ...]:
@@ -150,8 +161,47 @@ class NodeDesign(abc.ABC):
     def parent_security(self, client: docker.DockerClient) -> str:
         """How node containers are started here, as recorded in the lab's meta."""
 
+    def check_request(self, request: CreateRequest, shape: topo.Shape) -> None:
+        """Design-specific input checks, before anything is made (UsageError, exit 2)."""
+        if request.hosts is not None:
+            raise UsageError(f"--hosts is not available in {self.kind} labs",
+                             hint="a lab over several hosts is built by the swarm design")
+
+    def extra_meta(self, request: CreateRequest, shape: topo.Shape) -> dict:
+        """What the design adds to the lab record before anything is made."""
+        return {}
+
     def prepare(self, build: Build) -> None:  # noqa: B027 (optional step, none by default)
         """Lab-wide work after the record is written and before the lab networks."""
+
+    def lab_networks(self, build: Build) -> None:
+        """The lab-wide networks on this machine: the main bridge (secure, no flows: no
+        links yet) and the control namespace."""
+        lab, ovs, plan = build.request.lab, build.host_ovs, build.plan
+        bridge = topo.main_bridge(lab)
+        build.record.add(OVS_BRIDGE, bridge)
+        ovs.add_bridge(bridge, datapath_type=build.datapath, external_ids={LAB_ID: lab},
+                       fail_mode="secure")
+        name = topo.control_netns(lab)
+        build.record.add(NETNS, name)
+        netlink.create_netns(name)
+        with netlink.route(name) as ctl:
+            netlink.add_bridge(ctl, topo.control_bridge(lab), plan.ca_address())
+
+    def close(self) -> None:  # noqa: B027 (optional step, none by default)
+        """After a create, failed or not: release what ``prepare`` held."""
+
+    def links(self, record: LabRecord) -> LabLinks:
+        """The lab's links (flows on the main bridge; the design says where that is)."""
+        return LabLinks.of(record)
+
+    def dead_nodes(self, lab: Lab) -> set[int]:
+        """Nodes whose parent is not running (killed, stopped or gone)."""
+        return dead_nodes(lab.client, lab.record.lab, lab.shape.nodes)
+
+    def remove_elsewhere(self, record: LabRecord, dry_run: bool) -> list[str]:
+        """Remove the recorded resources that are not on this machine (`delete`)."""
+        return []
 
     @abc.abstractmethod
     def build_node(self, build: Build, node: int) -> None:
@@ -211,6 +261,25 @@ def node_container(lab: Lab, number: int) -> tuple[dict, Any, int]:
     entry["memory_mb"] = round(memory["used"] / MB, 1) if memory else None
     entry["memory"] = memory
     return entry, container, pid
+
+
+def run_in_child(inner: docker.DockerClient, child: Any, node: str, component: str,
+                 command: list[str], out: Write, err: Write) -> int:
+    """`nestednet exec` in one child container of a node's inner engine; its exit code."""
+    if not command:
+        raise UsageError("no command given: nestednet exec NODE COMPONENT -- CMD...")
+    if child.status != "running":
+        raise UsageError(f"{node} {component} is not running (it is {child.status})",
+                         hint=f"`nestednet swap {node} {component} PATH --restart` "
+                              "starts it again")
+    exec_id = inner.api.exec_create(child.id, command, stdout=True, stderr=True)["Id"]
+    for stdout, stderr in inner.api.exec_start(exec_id, stream=True, demux=True):
+        if stdout:
+            out(stdout)
+        if stderr:
+            err(stderr)
+    code = inner.api.exec_inspect(exec_id).get("ExitCode")
+    return 127 if code is None else int(code)
 
 
 def component_addresses(plan: AddressPlan, number: int, index: int) -> dict[str, str]:

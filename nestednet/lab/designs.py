@@ -1,7 +1,7 @@
 """The node designs a lab can be built with, by name: the one place that picks one.
 
-A third design (say, nodes on another host) is one module implementing
-`nestednet.lab.design.NodeDesign`, listed here.
+Each is one module implementing `nestednet.lab.design.NodeDesign`, listed here; `swarm`
+(nodes spread over several hosts) is the third.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from nestednet.errors import UsageError
 from nestednet.lab.design import DEFAULT_DESIGN, NodeDesign
 from nestednet.lab.flat import FlatDesign
 from nestednet.lab.nested import NestedDesign
+from nestednet.lab.swarm import SwarmDesign
 
-DESIGNS: dict[str, type[NodeDesign]] = {d.kind: d for d in (NestedDesign, FlatDesign)}
+DESIGNS: dict[str, type[NodeDesign]] = {d.kind: d for d in (NestedDesign, FlatDesign,
+                                                            SwarmDesign)}
 
 
 def named(kind: str) -> NodeDesign:

@@ -52,16 +52,36 @@ class LabLinks:
         pa, pb = sorted((self.port(a), self.port(b)))
         return COOKIE_MARK | (pa << PORT_BITS) | pb
 
+    shaping_offloads_off = True
+    """Whether shaping turns the receiving ports' TSO/GSO/GRO off (nestednet.lab.shaping)."""
+
+    def netns_of(self, end: topo.Endpoint) -> str | None:
+        """The network namespace of an iPHY's main-bridge port (None: this machine's)."""
+        return None
+
+    def where(self, end: topo.Endpoint) -> str:
+        """The host of an iPHY's main-bridge port, as the lab record names it."""
+        return "host"
+
+    def link_cookies(self) -> set[int]:
+        """Cookies of the link flows present now (ours by their mark)."""
+        return {f.cookie for f in openflow.dump(self.bridge)
+                if f.cookie >> 48 == COOKIE_MARK >> 48}
+
     def links(self) -> list[link_rules.Link]:
-        """The links present on the bridge now, read from its flow table."""
-        found = set()
-        for flow in openflow.dump(self.bridge):
-            if flow.cookie >> 48 != COOKIE_MARK >> 48:
-                continue
-            pa = (flow.cookie >> PORT_BITS) & ((1 << PORT_BITS) - 1)
-            pb = flow.cookie & ((1 << PORT_BITS) - 1)
-            found.add(link_rules.normalized(self.endpoint(pa), self.endpoint(pb)))
-        return sorted(found)
+        """The links present now, read from the flow table(s)."""
+        mask = (1 << PORT_BITS) - 1
+        return sorted({link_rules.normalized(self.endpoint((c >> PORT_BITS) & mask),
+                                             self.endpoint(c & mask))
+                       for c in self.link_cookies()})
+
+    def install(self, a: topo.Endpoint, b: topo.Endpoint) -> None:
+        """The flows of link a-b, in one bundle (no checks)."""
+        openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
+                                                         self.port(b)))
+
+    def uninstall(self, a: topo.Endpoint, b: topo.Endpoint) -> None:
+        openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
 
     def add(self, a: topo.Endpoint, b: topo.Endpoint,
             before: Callable[[], None] | None = None) -> link_rules.Link:
@@ -73,14 +93,13 @@ class LabLinks:
             link = link_rules.check_new_link(self.links(), a, b)
             if before is not None:
                 before()
-            openflow.apply(self.bridge, openflow.patch_lines(self.cookie(a, b), self.port(a),
-                                                             self.port(b)))
+            self.install(a, b)
         return link
 
     def delete(self, a: topo.Endpoint, b: topo.Endpoint) -> link_rules.Link:
         with lock.hold(self.lab, "link del", root=self.root):
             link = link_rules.find_link(self.links(), a, b)
-            openflow.apply(self.bridge, [openflow.delete_line(self.cookie(a, b))])
+            self.uninstall(a, b)
         return link
 
     def clear(self) -> None:

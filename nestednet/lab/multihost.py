@@ -21,6 +21,7 @@ import contextlib
 import shutil
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,23 +29,24 @@ import docker
 import docker.errors
 import docker.types
 
-from nestednet.adapters import netlink, openflow, tc
+from nestednet.adapters import netlink, openflow
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.design import labels
-from nestednet.lab.links import COOKIE_MARK, PORT_BITS
-from nestednet.lab.shaping import iphy_port
+from nestednet.lab.links import COOKIE_MARK, LabLinks
+from nestednet.lab.record import DIRECTORY, OVS_BRIDGE, SERVICE, VETH, LabRecord, Resource
 from nestednet.lab.wiring import LAB_ID, component_sysctls
-from nestednet.model import link_rules, tcplan
+from nestednet.model import link_rules
 from nestednet.model import topology as topo
-from nestednet.model.link_properties import LinkProperties
-from nestednet.model.shaping_policy import SHAPER, ShapingPolicy
+from nestednet.model.placement import Host, HostSet
 from nestednet.model.tunnels import VXLAN_PORT, DataPlane, Tunnel, inner_mtu
 
 PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
 """All a Swarm service can carry (no --security-opt, --device, --privileged)."""
 INNER_RUNTIME_ENV = {"NESTEDNET_INNER_RUNTIME": "no-keyring"}
 SERVICE_LABEL = f"{LAB_ID}.host"
+HOST_STATE = "/nestednet"
+"""Where an emulated host sees the directory it shares with this machine."""
 
 
 @dataclass
@@ -68,31 +70,32 @@ class HostHandle:
         return f"unix:{self.ovs_rundir}/{bridge}.mgmt"
 
 
-def link_cookie(pa: int, pb: int) -> int:
-    """The cookie of a link's flows, as nestednet.lab.links gives it on one host."""
-    pa, pb = sorted((pa, pb))
-    return COOKIE_MARK | (pa << PORT_BITS) | pb
-
-
 # --- lab networks: main bridges and tunnels ---------------------------------------------
 
 
 def make_networks(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle],
-                  datapath: str = "netdev", underlay_dev: str = "eth0") -> None:
-    """On every host holding nodes: the main bridge (secure, no flows) and its tunnels."""
+                  datapath: str = "netdev", underlay_dev: str = "eth0",
+                  record: LabRecord | None = None) -> None:
+    """On every host holding nodes: the main bridge (secure, no flows) and its tunnels,
+    each written to ``record`` (under the host's name) before it is made."""
     for name, tunnels in dp.tunnels.items():
         host = hosts[name]
+        if record is not None:
+            record.add(OVS_BRIDGE, topo.main_bridge(lab), name)
         host.ovs.add_bridge(topo.main_bridge(lab), datapath_type=datapath,
                             external_ids={LAB_ID: lab}, fail_mode="secure")
         for tunnel in tunnels:
-            _make_tunnel(lab, host, tunnel, underlay_dev)
+            _make_tunnel(lab, host, tunnel, underlay_dev, record)
 
 
-def _make_tunnel(lab: str, host: HostHandle, tunnel: Tunnel, underlay_dev: str) -> None:
+def _make_tunnel(lab: str, host: HostHandle, tunnel: Tunnel, underlay_dev: str,
+                 record: LabRecord | None) -> None:
     with netlink.route(host.netns) as ipr:
         if netlink.exists(ipr, tunnel.name):
             raise EnvironmentProblem(f"{tunnel.name} exists already on {host.name}",
                                      hint="a crashed lab of that name: delete it first")
+        if record is not None:
+            record.add(VETH, tunnel.name, host.name)
         ipr.link("add", ifname=tunnel.name, kind="vxlan", vxlan_id=tunnel.vni,
                  vxlan_group=tunnel.remote_ip, vxlan_local=tunnel.local_ip,
                  vxlan_port=VXLAN_PORT, vxlan_link=netlink.index(ipr, underlay_dev))
@@ -105,10 +108,16 @@ def _make_tunnel(lab: str, host: HostHandle, tunnel: Tunnel, underlay_dev: str) 
 
 
 def parent_service(manager: docker.DockerClient, lab: str, node: int, host: HostHandle,
-                   image: str) -> docker.models.services.Service:
-    """Start node ``node``'s parent as a Swarm service pinned to ``host``."""
+                   image: str, record: LabRecord | None = None
+                   ) -> docker.models.services.Service:
+    """Start node ``node``'s parent as a Swarm service pinned to ``host`` (its state
+    directory and the service written to ``record`` first)."""
     name = topo.parent_container(lab, node)
+    if record is not None:
+        record.add(DIRECTORY, str(host.state_here / name), host.name)
     (host.state_here / name).mkdir(parents=True, exist_ok=False)
+    if record is not None:
+        record.add(SERVICE, name, host.name)
     spec_labels = labels(lab, node=topo.node_name(node), role="parent")
     return manager.services.create(
         image, name=name, hostname=topo.node_name(node), labels={**spec_labels,
@@ -161,11 +170,13 @@ def start_iphys(inner: docker.DockerClient, lab: str, node: int, iphys: int,
 
 
 def wire_iphy(lab: str, dp: DataPlane, host: HostHandle, node: int, iphy: int,
-              child_pid: int) -> None:
+              child_pid: int, record: LabRecord | None = None) -> None:
     """The iPHY's inter-node veth: one end in the child, one on its host's main bridge."""
     outer = topo.veth_name(lab, node, "inter-host", iphy)
     inner = topo.veth_name(lab, node, "inter-child", iphy)
     mtu = inner_mtu()
+    if record is not None:
+        record.add(VETH, outer, host.name)
     with netlink.route(host.netns) as ipr:
         # Offloads stay on: the parent image's OVS runs with userspace TSO (nestednet.datapath).
         netlink.add_veth(ipr, outer, inner, offloads=True)
@@ -185,75 +196,6 @@ def wire_iphy(lab: str, dp: DataPlane, host: HostHandle, node: int, iphy: int,
 
 
 # --- links -------------------------------------------------------------------------------
-
-
-def link_add(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
-             b: topo.Endpoint) -> list[str]:
-    """Check Algorithm 1's rules against the links on every host, then install link a-b:
-    its rules on each host it touches (one bundle per host). Returns the hosts changed.
-
-    The check and the write are not under one lock across hosts yet: callers on one
-    machine serialise through the lab lock (nestednet.lab.lock), as `link add` does."""
-    link_rules.check_new_link(current_links(lab, dp, hosts.values()), a, b)
-    cookie = link_cookie(dp.plan.port_number(a.node, a.iphy),
-                         dp.plan.port_number(b.node, b.iphy))
-    per_host: dict[str, list[str]] = {}
-    for flow in dp.link_flows(a, b):
-        per_host.setdefault(flow.host, []).append(openflow.host_flow_line(
-            cookie, flow.in_port, flow.out_port, match_tag=flow.match_tag,
-            push_tag=flow.push_tag))
-    for name, lines in per_host.items():
-        openflow.apply(hosts[name].bridge_target(topo.main_bridge(lab)), lines)
-    return sorted(per_host)
-
-
-def link_del(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
-             b: topo.Endpoint) -> list[str]:
-    link_rules.find_link(current_links(lab, dp, hosts.values()), a, b)
-    cookie = link_cookie(dp.plan.port_number(a.node, a.iphy),
-                         dp.plan.port_number(b.node, b.iphy))
-    names = dp.hosts_of_link(a, b)
-    for name in names:
-        openflow.apply(hosts[name].bridge_target(topo.main_bridge(lab)),
-                       [openflow.delete_line(cookie)])
-    return names
-
-
-def shape_link(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle], a: topo.Endpoint,
-               b: topo.Endpoint, properties: LinkProperties,
-               policy: ShapingPolicy) -> list[str]:
-    """Shape both directions of link a-b exactly as on one host: direction x -> y on y's
-    main-bridge port, which is on y's host, so a cross-host link is shaped by two hosts.
-    Call before `link_add` (no unshaped packet crosses). Returns host:port per direction.
-
-    Unlike one host (nestednet.lab.shaping), the port's TSO/GSO/GRO stay on. Measured on
-    the emulated hosts (whose OVS runs userspace TSO): with them off, a 20 Mbit/s
-    cross-host link carried 0.25 Mbit/s of TCP; left on, 19.2 Mbit/s. Why is not yet
-    understood. Not recorded for rollback yet: the trees go with the veths at
-    `delete_lab`."""
-    policy.check(properties, f"{a}-{b}")
-    shaped = []
-    for src, dst in ((a, b), (b, a)):
-        host = hosts[dp.host_of(dst)]
-        port = iphy_port(lab, dst)
-        tc.build(tcplan.port_tree_ops(port, f"{src}->{dst}", policy.shape(properties), SHAPER,
-                                      netem=policy.netem),
-                 host.netns, [port], [], "nestednet")
-        shaped.append(f"{host.name}:{port}")
-    return shaped
-
-
-def current_links(lab: str, dp: DataPlane,
-                  hosts: Iterable[HostHandle]) -> list[link_rules.Link]:
-    """The links on all hosts' main bridges, from their flows' cookies."""
-    m = dp.plan.shape.iphys
-
-    def end(port: int) -> topo.Endpoint:
-        return topo.Endpoint((port - 1) // m + 1, (port - 1) % m + 1)
-
-    mask = (1 << PORT_BITS) - 1
-    return sorted(link_rules.normalized(end((c >> PORT_BITS) & mask), end(c & mask))
-                  for c in links(lab, hosts))
 
 
 def links(lab: str, hosts: Iterable[HostHandle]) -> set[int]:
@@ -306,8 +248,8 @@ def leftovers(lab: str, manager: docker.DockerClient, hosts: Iterable[HostHandle
     left = [f"service {s.name}" for s in
             manager.services.list(filters={"label": f"{LAB_ID}={lab}"})]
     for host in hosts:
-        left += [f"{host.name}: container {c.name}" for c in
-                 host.engine.containers.list(all=True, filters={"label": f"{LAB_ID}={lab}"})]
+        left += [f"{host.name}: container {c['Names'][0].lstrip('/')}"
+                 for c in _lab_containers(lab, host)]
         left += [f"{host.name}: OVS bridge {b}" for b, ids in host.ovs.bridges().items()
                  if ids.get(LAB_ID) == lab or b == topo.main_bridge(lab)]
         with netlink.route(host.netns) as ipr:
@@ -321,3 +263,234 @@ def _lab_interfaces(ipr, lab: str) -> list[str]:
     return [n for n in names if n and n.startswith(f"{lab}-")]
 
 
+
+
+# --- reaching the hosts of a lab -----------------------------------------------------------
+
+
+def connect(host: Host, here: docker.DockerClient) -> HostHandle:
+    """A handle on ``host``. Only hosts emulated on this machine (a container of this
+    machine's engine, hosts file field `emulated`) can be driven yet: wiring needs the
+    host's network namespace, which a real remote host would expose through a per-host
+    agent that is not built (docs/multihost.md)."""
+    if host.emulated is None:
+        raise EnvironmentProblem(
+            f"host {host.name}: only hosts emulated on this machine can hold a lab's nodes "
+            "yet (hosts file field `emulated`)",
+            hint="real remote hosts need the per-host wiring agent (docs/multihost.md, "
+                 "'Not done')")
+    try:
+        container = here.containers.get(host.emulated)
+    except docker.errors.NotFound:
+        raise EnvironmentProblem(f"host {host.name}: no container {host.emulated} on this "
+                                 "machine", hint="start the emulated hosts first") from None
+    pid = int(container.attrs["State"].get("Pid") or 0)
+    shared = [m["Source"] for m in container.attrs.get("Mounts", [])
+              if m.get("Destination") == HOST_STATE]
+    if not pid or not shared:
+        raise EnvironmentProblem(f"host {host.name}: container {host.emulated} is not running "
+                                 f"or has no {HOST_STATE} directory shared with this machine")
+    state = Path(shared[0])
+    return HostHandle(host.name,
+                      docker.DockerClient(base_url=f"unix://{state}/docker.sock", timeout=300),
+                      Ovsdb(f"unix:{state}/ovs/db.sock"), f"/proc/{pid}/ns/net", pid,
+                      str(state / "ovs"), state, HOST_STATE)
+
+
+def connect_all(hosts: HostSet, names: Iterable[str], here: docker.DockerClient
+                ) -> dict[str, HostHandle]:
+    handles: dict[str, HostHandle] = {}
+    try:
+        for name in names:
+            handles[name] = connect(hosts.named(name), here)
+    except BaseException:
+        close_all(handles.values())
+        raise
+    return handles
+
+
+def close_all(handles: Iterable[HostHandle]) -> None:
+    for handle in handles:
+        with contextlib.suppress(Exception):
+            handle.ovs.close()
+        with contextlib.suppress(Exception):
+            handle.engine.close()
+
+
+def swarm_manager(handles: Mapping[str, HostHandle]) -> docker.DockerClient:
+    """The engine of a host that manages the swarm (services are created there)."""
+    for handle in handles.values():
+        if handle.engine.info().get("Swarm", {}).get("ControlAvailable"):
+            return handle.engine
+    raise EnvironmentProblem(f"none of the hosts {', '.join(handles)} is a swarm manager",
+                             hint="`docker swarm init` on one of them, `docker swarm join` "
+                                  "on the others")
+
+
+# --- links of a multi-host lab ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostLinks(LabLinks):
+    """`LabLinks` over several hosts: the same cookies, checks and lock; the flows go to
+    every host a link touches (one bundle per host), read back from all of them."""
+
+    dp: DataPlane | None = None
+    hosts: Mapping[str, HostHandle] | None = None
+
+    shaping_offloads_off = False
+
+    def _hosts(self) -> Mapping[str, HostHandle]:
+        assert self.hosts is not None and self.dp is not None
+        return self.hosts
+
+    def netns_of(self, end: topo.Endpoint) -> str | None:
+        return self._hosts()[self.dp.host_of(end)].netns
+
+    def where(self, end: topo.Endpoint) -> str:
+        return self.dp.host_of(end)
+
+    def link_cookies(self) -> set[int]:
+        return links(self.lab, self._hosts().values())
+
+    def install(self, a: topo.Endpoint, b: topo.Endpoint) -> None:
+        self._apply(self._flow_lines(a, b))
+
+    def uninstall(self, a: topo.Endpoint, b: topo.Endpoint) -> None:
+        self._apply({h: [openflow.delete_line(self.cookie(a, b))]
+                     for h in self.dp.hosts_of_link(a, b)})
+
+    def clear(self) -> None:
+        self._apply({h: [f"delete cookie={COOKIE_MARK:#x}/{0xFFFF << 48:#x}"]
+                     for h in self.dp.tunnels})
+
+    def apply_step(self, add: list[link_rules.Link], remove: list[link_rules.Link]
+                   ) -> dict[str, float]:
+        """One step's removals and additions: one bundle per host touched, the hosts in
+        parallel. Returns when each host's bundle was done, in seconds from the start
+        (their spread is how far apart the hosts changed)."""
+        per_host: dict[str, list[str]] = {}
+        for a, b in remove:
+            for h in self.dp.hosts_of_link(a, b):
+                per_host.setdefault(h, []).append(openflow.delete_line(self.cookie(a, b)))
+        for a, b in add:
+            for h, lines in self._flow_lines(a, b).items():
+                per_host.setdefault(h, []).extend(lines)
+        return self._apply(per_host)
+
+    def describe(self, link: link_rules.Link) -> dict:
+        a, b = link
+        return {**super().describe(link), "hosts": self.dp.hosts_of_link(a, b)}
+
+    def _flow_lines(self, a: topo.Endpoint, b: topo.Endpoint) -> dict[str, list[str]]:
+        per_host: dict[str, list[str]] = {}
+        for flow in self.dp.link_flows(a, b):
+            per_host.setdefault(flow.host, []).append(openflow.host_flow_line(
+                self.cookie(a, b), flow.in_port, flow.out_port, match_tag=flow.match_tag,
+                push_tag=flow.push_tag))
+        return per_host
+
+    def _apply(self, per_host: Mapping[str, list[str]]) -> dict[str, float]:
+        """Each host's bundle, hosts in parallel; seconds from the start to each one done."""
+        work = {name: lines for name, lines in sorted(per_host.items()) if lines}
+        start = time.monotonic()
+
+        def one(name: str) -> float:
+            openflow.apply(self._hosts()[name].bridge_target(self.bridge), work[name])
+            return time.monotonic() - start
+
+        if len(work) <= 1:
+            return {name: one(name) for name in work}
+        with ThreadPoolExecutor(max_workers=len(work),
+                                thread_name_prefix="nestednet-hosts") as pool:
+            return dict(zip(work, pool.map(one, work), strict=True))
+
+
+# --- delete from the lab record -----------------------------------------------------------
+
+
+def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
+                    here: docker.DockerClient, dry_run: bool = False) -> list[str]:
+    """Remove the recorded resources of ``lab`` that live on other hosts: services first
+    (Swarm stops their containers), then per host its containers' volumes, bridges,
+    interfaces and state directories. Only what carries the lab's label or name."""
+    elsewhere = [r for r in resources if r.where != "host"]
+    if not elsewhere:
+        return []
+    removed: list[str] = []
+    names = sorted({r.where for r in elsewhere})
+    reachable = {}
+    for name in names:
+        try:
+            reachable[name] = connect(hosts.named(name), here)
+        except EnvironmentProblem as exc:
+            removed.append(f"{name}: not reachable, nothing removed there ({exc})")
+    try:
+        services = {r.name for r in elsewhere if r.kind == SERVICE}
+        # Named before the services go: Swarm removes their containers, not always the
+        # parents' anonymous volumes (the inner engines' data).
+        volumes = {name: _volumes(lab, host) for name, host in reachable.items()}
+        if services and reachable:
+            manager = swarm_manager(reachable)
+            for service in manager.services.list(filters={"label": f"{LAB_ID}={lab}"}):
+                if service.name in services:
+                    if not dry_run:
+                        service.remove()
+                    removed.append(f"service {service.name}")
+        for name, host in reachable.items():
+            mine = [r for r in elsewhere if r.where == name]
+            containers = _wait_containers_gone(lab, host, dry_run)
+            for c in containers:
+                if not dry_run:
+                    with contextlib.suppress(docker.errors.NotFound):
+                        host.engine.api.remove_container(c["Id"], v=True, force=True)
+                removed.append(f"{name}: container {c['Names'][0].lstrip('/')}")
+            for volume in volumes[name]:
+                if not dry_run:
+                    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                        host.engine.volumes.get(volume).remove(force=True)
+                removed.append(f"{name}: volume {volume[:12]}")
+            bridges = host.ovs.bridges()
+            for r in (r for r in mine if r.kind == OVS_BRIDGE):
+                if bridges.get(r.name, {}).get(LAB_ID) == lab:
+                    if not dry_run:
+                        host.ovs.del_bridge(r.name)
+                    removed.append(f"{name}: OVS bridge {r.name}")
+            with netlink.route(host.netns) as ipr:
+                for r in (r for r in mine if r.kind == VETH and r.name.startswith(f"{lab}-")):
+                    gone = (netlink.exists(ipr, r.name) if dry_run
+                            else netlink.delete(ipr, r.name))
+                    if gone:
+                        removed.append(f"{name}: interface {r.name}")
+            for r in (r for r in mine if r.kind == DIRECTORY):
+                path = Path(r.name)
+                if path.parent == host.state_here and path.name.startswith(f"{lab}-n") \
+                        and path.exists():
+                    if not dry_run:
+                        shutil.rmtree(path, ignore_errors=True)
+                    removed.append(f"{name}: directory {path.name}/")
+    finally:
+        close_all(reachable.values())
+    return removed
+
+
+def _lab_containers(lab: str, host: HostHandle) -> list[dict]:
+    """The lab's containers on ``host`` as the engine lists them: one call, no inspect per
+    container (Swarm removes its tasks' containers meanwhile: an inspect would 404)."""
+    return host.engine.api.containers(all=True, filters={"label": f"{LAB_ID}={lab}"})
+
+
+def _volumes(lab: str, host: HostHandle) -> list[str]:
+    return [m["Name"] for c in _lab_containers(lab, host)
+            for m in c.get("Mounts") or [] if m.get("Type") == "volume"]
+
+
+def _wait_containers_gone(lab: str, host: HostHandle, dry_run: bool, timeout: float = 60):
+    """The lab's containers on ``host`` still there once Swarm had ``timeout`` seconds to
+    stop its removed services' tasks (a dry run does not wait)."""
+    deadline = time.monotonic() + (0 if dry_run else timeout)
+    while True:
+        left = _lab_containers(lab, host)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.3)

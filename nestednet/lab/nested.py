@@ -38,6 +38,7 @@ from nestednet.lab.design import (
     component_environment,
     labels,
     node_container,
+    run_in_child,
 )
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import CONTAINER
@@ -164,20 +165,8 @@ class NestedDesign(NodeDesign):
         if not command:
             raise UsageError("no command given: nestednet exec NODE COMPONENT -- CMD...")
         with lab.inner(number) as inner:
-            child = lab.child(inner, component)
-            if child.status != "running":
-                raise UsageError(f"{node} {component} is not running (it is {child.status})",
-                                 hint=f"`nestednet swap {node} {component} PATH --restart` "
-                                      "starts it again")
-            exec_id = inner.api.exec_create(child.id, command, stdout=True,
-                                            stderr=True)["Id"]
-            for stdout, stderr in inner.api.exec_start(exec_id, stream=True, demux=True):
-                if stdout:
-                    out(stdout)
-                if stderr:
-                    err(stderr)
-            code = inner.api.exec_inspect(exec_id).get("ExitCode")
-        return 127 if code is None else int(code)
+            return run_in_child(inner, lab.child(inner, component), node, component,
+                                command, out, err)
 
     def swap(self, lab: Lab, node: str, component: str, path: Path, *,
              restart: bool) -> dict:

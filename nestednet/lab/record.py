@@ -24,6 +24,8 @@ from nestednet.model.topology import check_lab_name
 LABS_DIR = Path(os.environ.get("NESTEDNET_LABS_DIR", "/var/lib/nestednet/labs"))
 
 # Resource kinds, in the order delete removes them.
+SERVICE = "service"
+"""A Docker Swarm service (a node parent of a multi-host lab); ``where`` is its host."""
 CONTAINER = "container"
 OVS_BRIDGE = "ovs-bridge"
 VETH = "veth"
@@ -31,7 +33,7 @@ TC_ROOT = "tc-root"
 """A shaping tree (root qdisc 1:) on a host-side port; its name is the port."""
 NETNS = "netns"
 DIRECTORY = "directory"
-KINDS = (CONTAINER, TC_ROOT, VETH, OVS_BRIDGE, NETNS, DIRECTORY)
+KINDS = (SERVICE, CONTAINER, TC_ROOT, VETH, OVS_BRIDGE, NETNS, DIRECTORY)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Resource:
     kind: str
     name: str
     where: str = "host"
+    """"host": this machine; otherwise the name of the host in a multi-host lab."""
 
 
 class LabRecord:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,11 +52,28 @@ class Direction:
     name: str
     port: str
     properties: LinkProperties
+    netns: str | None = None
+    """The port's network namespace (None: this machine's; another host's in a
+    multi-host lab)."""
+    where: str = "host"
+    """The port's host as the lab record names it."""
 
 
 def direction(lab: str, src: topo.Endpoint, dst: topo.Endpoint,
-              properties: LinkProperties) -> Direction:
-    return Direction(f"{src}->{dst}", iphy_port(lab, dst), properties)
+              properties: LinkProperties, links: LabLinks | None = None) -> Direction:
+    """Direction src -> dst, shaped on dst's port (on dst's host: ``links`` says where)."""
+    if links is None:
+        return Direction(f"{src}->{dst}", iphy_port(lab, dst), properties)
+    return Direction(f"{src}->{dst}", iphy_port(lab, dst), properties, links.netns_of(dst),
+                     links.where(dst))
+
+
+def _by_netns(ports: Sequence[str], netns_of: Callable[[str], str | None]
+              ) -> dict[str | None, list[str]]:
+    groups: dict[str | None, list[str]] = {}
+    for port in ports:
+        groups.setdefault(netns_of(port), []).append(port)
+    return groups
 
 
 def netem_available() -> bool:
@@ -70,9 +87,14 @@ def netem_available() -> bool:
 class LabShaper:
     """Installs, changes and removes the shaping trees of one lab's iPHY ports."""
 
-    def __init__(self, record: LabRecord, policy: ShapingPolicy) -> None:
+    def __init__(self, record: LabRecord, policy: ShapingPolicy,
+                 offloads_off: bool = True) -> None:
         self.record = record
         self.policy = policy
+        self.offloads_off = offloads_off
+        """Turn the shaped ports' TSO/GSO/GRO off (one host). Multi-host labs keep them:
+        their hosts' userspace OVS with TSO drops TSO frames toward a port without it
+        (docs/multihost.md)."""
         self._lock = threading.Lock()
         self._recorded = {r.name for r in record.resources() if r.kind == TC_ROOT}
         self._state: dict[str, dict[str, Any]] = _load(self.state_file)
@@ -86,6 +108,10 @@ class LabShaper:
     def shaped(self) -> dict[str, dict[str, Any]]:
         """Per shaped port: the direction's name, its configured properties, the mode."""
         return dict(self._state)
+
+    def netns(self, port: str) -> str | None:
+        """The network namespace a shaped port lives in (None: this machine's)."""
+        return self._state.get(port, {}).get("netns")
 
     def configured(self, port: str) -> LinkProperties | None:
         entry = self._state.get(port)
@@ -101,27 +127,30 @@ class LabShaper:
             return
         for d in directions:
             self.policy.check(d.properties, d.name)
-        ports = [d.port for d in directions]
+        netns = {d.port: d.netns for d in directions}
         with self._lock:
-            for port in ports:
-                if port not in self._recorded:
-                    self.record.add(TC_ROOT, port)
-                    self._recorded.add(port)
-            tc.disable_offloads(None, [p for p in ports if p not in self._offloads_off])
-            self._offloads_off.update(ports)
-            ops = [op for d in directions
-                   for op in tcplan.port_tree_ops(d.port, d.name, self.policy.shape(d.properties),
-                                                  SHAPER, netem=self.policy.netem)]
-            if any(p in self._state for p in ports):
-                tc.check_ports(None, ports, ours=list(self._recorded), owner="nestednet")
-                indexes = tc.apply(ops, None, ports)
-            else:
-                indexes = tc.build(ops, None, ports, list(self._recorded), "nestednet")
+            for d in directions:
+                if d.port not in self._recorded:
+                    self.record.add(TC_ROOT, d.port, d.where)
+                    self._recorded.add(d.port)
+            for space, ports in _by_netns(list(netns), netns.get).items():
+                if self.offloads_off:
+                    tc.disable_offloads(space, [p for p in ports if p not in self._offloads_off])
+                    self._offloads_off.update(ports)
+                ops = [op for d in directions if d.port in ports
+                       for op in tcplan.port_tree_ops(d.port, d.name,
+                                                      self.policy.shape(d.properties),
+                                                      SHAPER, netem=self.policy.netem)]
+                if any(p in self._state for p in ports):
+                    tc.check_ports(space, ports, ours=list(self._recorded), owner="nestednet")
+                    indexes = tc.apply(ops, space, ports)
+                else:
+                    indexes = tc.build(ops, space, ports, list(self._recorded), "nestednet")
+                # Kept from link up, so a step's in-place changes need no lookups.
+                self._index.update(indexes)
             for d in directions:
                 self._state[d.port] = self._entry(d)
             self._save()
-            # Kept from link up, so a step's in-place changes need no lookups.
-            self._index.update(indexes)
 
     def change(self, directions: Sequence[Direction]) -> list[Direction]:
         """Change trees in place where the properties differ; returns those changed.
@@ -157,20 +186,23 @@ class LabShaper:
     def _change(self, ops: list[tcplan.TcOp]) -> None:
         """One batched netlink write; port indexes are cached (a port re-created by a
         component restart gets a new one: looked up again and retried once)."""
-        missing = sorted({op.port for op in ops} - set(self._index))
-        if missing:
-            self._index.update(tc.port_indexes(None, missing))
-        try:
-            tc.change_batch(ops, None, self._index)
-        except EnvironmentProblem:
-            self._index.clear()
-            tc.change(ops, None)
+        for space, ports in _by_netns(sorted({op.port for op in ops}), self.netns).items():
+            mine = [op for op in ops if op.port in ports]
+            missing = sorted(set(ports) - set(self._index))
+            if missing:
+                self._index.update(tc.port_indexes(space, missing))
+            try:
+                tc.change_batch(mine, space, self._index)
+            except EnvironmentProblem:
+                self._index.clear()
+                tc.change(mine, space)
 
     def down(self, ports: Sequence[str]) -> list[str]:
         """Remove the trees on ``ports`` (after the link's flows are gone)."""
         with self._lock:
             ours = [p for p in ports if p in self._state or p in self._recorded]
-            cleared = tc.remove_trees(None, ours) if ours else []
+            cleared = [port for space, group in _by_netns(ours, self.netns).items()
+                       for port in tc.remove_trees(space, group)]
             for port in ports:
                 self._state.pop(port, None)
             self._save()
@@ -178,11 +210,12 @@ class LabShaper:
 
     def read(self, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
         """What the kernel holds on ``ports``, as the properties it implies."""
-        found = tc.read(None, ports)
+        found = {port: state for space, group in _by_netns(ports, self.netns).items()
+                 for port, state in tc.read(space, group).items()}
         return {port: kernel_properties(port_state) for port, port_state in found.items()}
 
     def _entry(self, d: Direction) -> dict[str, Any]:
-        return {"direction": d.name, "properties": d.properties.as_dict(),
+        return {"direction": d.name, "properties": d.properties.as_dict(), "netns": d.netns,
                 "mode": self.policy.mode, "netem": self.policy.netem,
                 "dropped": list(self.policy.dropped(d.properties))}
 
@@ -216,17 +249,21 @@ BOTH, A_TO_B, B_TO_A = "both", "a-to-b", "b-to-a"
 DIRECTIONS = (BOTH, A_TO_B, B_TO_A)
 
 
-def lab_shaper(record: LabRecord, mode: str, keep_order: bool = False) -> LabShaper:
-    """A shaper for ``mode`` on this kernel (probes for sch_netem)."""
+def lab_shaper(record: LabRecord, mode: str, keep_order: bool = False,
+               links: LabLinks | None = None) -> LabShaper:
+    """A shaper for ``mode`` on this kernel (probes for sch_netem); ``links`` says whether
+    the lab's shaped ports keep their offloads."""
     return LabShaper(record, ShapingPolicy.choose(mode, netem_available(),
-                                                  keep_order=keep_order))
+                                                  keep_order=keep_order),
+                     offloads_off=links is None or links.shaping_offloads_off)
 
 
 def add_link(links: LabLinks, shaper: LabShaper, a: topo.Endpoint, b: topo.Endpoint,
              properties: LinkProperties | None) -> link_rules.Link:
     """Link A and B; with ``properties`` both directions are shaped before the flows go in."""
     directions = ([] if properties is None else
-                  [direction(links.lab, a, b, properties), direction(links.lab, b, a, properties)])
+                  [direction(links.lab, a, b, properties, links),
+                   direction(links.lab, b, a, properties, links)])
     for d in directions:
         shaper.policy.check(d.properties, d.name)
     shaped = False
@@ -264,7 +301,7 @@ def set_link(links: LabLinks, shaper: LabShaper, a: topo.Endpoint, b: topo.Endpo
             new = parse_properties({**old.as_document(), **changes})
         except PropertyError as exc:
             raise UsageError(f"--{exc.field}: {exc}") from None
-        updated.append(direction(links.lab, src, dst, new))
+        updated.append(direction(links.lab, src, dst, new, links))
     return shaper.change(updated)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from nestednet.lab import designs
-from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
 from nestednet.model.addressing import plan_from_dict
 
@@ -15,7 +14,9 @@ def status(lab: Lab) -> dict:
     nodes = [{**design.node_status(lab, number, plan),
               "node_address": str(plan.node_address(number).ip)}
              for number in lab.shape.node_numbers()]
-    links = LabLinks.of(lab.record)
+    links = design.links(lab.record)
+    extra = ({"hosts": meta["hosts"]["hosts"], "placement": meta["placement"]}
+             if "placement" in meta else {})
     return {
         "lab": lab.record.lab,
         "kind": design.kind,
@@ -31,4 +32,5 @@ def status(lab: Lab) -> dict:
         "limits": {"cpus": meta.get("cpus"), "memory_mb": meta.get("memory_mb")},
         "links": [links.describe(link) for link in links.links()],
         "create_s": meta.get("create_s"),
+        **extra,
     }

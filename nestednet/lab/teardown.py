@@ -20,8 +20,7 @@ from nestednet.adapters import docker_engine, netlink, tc
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import PROBE_LABEL, PROBE_PREFIX
 from nestednet.errors import UsageError
-from nestednet.lab import lock, node_image, runs
-from nestednet.lab.links import LabLinks
+from nestednet.lab import designs, lock, node_image, runs
 from nestednet.lab.record import (
     CONTAINER,
     LABS_DIR,
@@ -64,7 +63,8 @@ def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
 def _delete_locked(record: LabRecord, client: docker.DockerClient | None, ovs: Ovsdb | None,
                    dry_run: bool) -> Removed:
     removed = Removed()
-    resources = record.resources()
+    removed.items.extend(designs.of(record.meta()).remove_elsewhere(record, dry_run))
+    resources = [r for r in record.resources() if r.where == "host"]
     client = client or docker_engine.connect()
     own_ovs = ovs is None
     ovs = ovs or Ovsdb()
@@ -152,7 +152,7 @@ def _crashed_runs(client: docker.DockerClient, ovs: Ovsdb, dry_run: bool,
                     result.items.extend(f"{item} (lab {marker.lab}, run --rm killed)"
                                         for item in sub.items)
                 elif record.meta().get("status") == "complete":
-                    links = LabLinks.of(record)
+                    links = designs.of(record.meta()).links(record)
                     found = links.links()
                     if found and not dry_run:
                         links.clear()

@@ -36,6 +36,10 @@ class Host:
     ovsdb: str | None = None
     capacity: int | None = None
     """At most this many nodes; None: no limit."""
+    emulated: str | None = None
+    """A host emulated on this machine: the name of its container in this machine's
+    engine (its network namespace, sockets and state directory are reached through it).
+    None: a real machine, which `create --hosts` cannot drive yet (docs/multihost.md)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,8 @@ def hosts_from_doc(doc: Any, source: str = "hosts file") -> HostSet:
             seen.setdefault(item[key], i)
     problems.raise_if_any()
     return HostSet(tuple(Host(h["name"], h["address"], h.get("engine"), h.get("ovsdb"),
-                              h.get("capacity")) for h in doc["hosts"]), doc.get("vni"))
+                              h.get("capacity"), h.get("emulated")) for h in doc["hosts"]),
+                   doc.get("vni"))
 
 
 def load_hosts(path: Path) -> HostSet:
@@ -153,3 +158,9 @@ def nodes_on(placement: Mapping[int, str], host: str) -> list[int]:
 def hosts_used(placement: Mapping[int, str], hosts: Sequence[Host]) -> list[Host]:
     used = set(placement.values())
     return [h for h in hosts if h.name in used]
+
+
+def hosts_doc(hosts: HostSet) -> dict[str, Any]:
+    """A HostSet as a hosts document (what `hosts_from_doc` reads back)."""
+    items = [{k: v for k, v in vars(h).items() if v is not None} for h in hosts.hosts]
+    return {"hosts": items, **({"vni": hosts.vni} if hosts.vni is not None else {})}

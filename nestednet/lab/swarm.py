@@ -1,0 +1,244 @@
+"""The swarm node design: a nested lab whose nodes are spread over several hosts.
+
+`nestednet create --hosts FILE` builds through the same skeleton as every design
+(nestednet.lab.create: lock, write-ahead record, rollback); what differs is here.
+Placement (nestednet.model.placement) is decided and written to the record before
+anything is made; the lab networks are a main bridge per host joined by VXLAN tunnels
+(nestednet.model.tunnels); a node's parent is a Docker Swarm service pinned to its
+host, which starts its children through runc's --no-new-keyring --no-pivot; its iPHYs
+are wired into their host's main bridge. Links are flows on one or two hosts
+(`multihost.HostLinks`), so `link`, `status`, `exec` and `delete` work as on one host.
+
+Partial (docs/multihost.md): nodes get their iPHYs only (no GNAB, intra-node net or
+control net yet), and only hosts emulated on this machine can be driven.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet import images
+from nestednet.adapters import docker_engine, netlink
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.lab import multihost as mh
+from nestednet.lab.design import (
+    Build,
+    CreateRequest,
+    NodeDesign,
+    Write,
+    component_addresses,
+    run_in_child,
+)
+from nestednet.lab.nodes import Lab, cgroup_memory
+from nestednet.lab.record import LabRecord
+from nestednet.lab.wiring import LAB_ID
+from nestednet.model import placement as pl
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan, plan_from_dict
+from nestednet.model.tunnels import DataPlane
+
+PARENT_SECURITY = "swarm-service"
+"""Parents are Swarm services: cap_add ALL, cap_drop SYS_RESOURCE, default seccomp."""
+NO_GNAB = "absent"
+"""A multi-host node's GNAB state: not started yet (docs/multihost.md)."""
+MB = 1024 * 1024
+
+
+def placement_of(request: CreateRequest, shape: topo.Shape) -> pl.Placement:
+    assert request.hosts is not None
+    return pl.place(shape, request.hosts, request.placement,
+                    pl.parse_pins(request.pins, shape, request.hosts))
+
+
+def data_plane(meta: dict) -> DataPlane:
+    """A multi-host lab's data plane, from its record."""
+    shape = topo.Shape(meta["nodes"], meta["iphys"])
+    return DataPlane.of(meta["lab"], plan_from_dict(shape, meta["plan"]),
+                        pl.hosts_from_doc(meta["hosts"]),
+                        {int(k): v for k, v in meta["placement"].items()})
+
+
+class SwarmDesign(NodeDesign):
+    kind = "swarm"
+    title = "multi-host "
+    phases = ("parents", "inner daemons", "children", "wiring")
+    plays_scenarios = False
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, mh.HostHandle] = {}
+        self.manager: docker.DockerClient | None = None
+        self.dp: DataPlane | None = None
+        self.archive: Path | None = None
+
+    def required_images(self) -> tuple[str, ...]:
+        return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
+
+    def parent_security(self, client: docker.DockerClient) -> str:
+        return PARENT_SECURITY
+
+    def check_request(self, request: CreateRequest, shape: topo.Shape) -> None:
+        if request.hosts is None:
+            raise UsageError("swarm labs need --hosts FILE")
+        for given, option in ((request.cpus, "--cpus"), (request.memory_mb, "--memory")):
+            if given is not None:
+                raise UsageError(f"{option} is not available in labs over several hosts yet")
+        placement_of(request, shape)
+
+    def extra_meta(self, request: CreateRequest, shape: topo.Shape) -> dict:
+        assert request.hosts is not None
+        return {"hosts": pl.hosts_doc(request.hosts), "placement_strategy": request.placement,
+                "placement": {str(n): h for n, h in placement_of(request, shape).items()}}
+
+    # --- create -----------------------------------------------------------------------
+
+    def prepare(self, build: Build) -> None:
+        request = build.request
+        assert request.hosts is not None
+        placement = placement_of(request, build.shape)
+        self.dp = DataPlane.of(request.lab, build.plan, request.hosts, placement)
+        self.hosts = mh.connect_all(request.hosts, sorted(set(placement.values())),
+                                    build.client)
+        self.manager = mh.swarm_manager(self.hosts)
+        for name, host in self.hosts.items():
+            if not docker_engine.image_exists(host.engine, images.DIND_IMAGE):
+                raise EnvironmentProblem(f"host {name} has no image {images.DIND_IMAGE}",
+                                         hint="load it there: `docker save IMAGE | ssh HOST "
+                                              "docker load`")
+            taken = mh.leftovers(request.lab, self.manager, [host])
+            if taken:
+                raise UsageError(f"lab name {request.lab} is in use on host {name}: "
+                                 f"{', '.join(taken[:5])}",
+                                 hint="delete that lab, or pick another --lab name")
+        self.archive = images.component_archive(build.client)
+
+    def lab_networks(self, build: Build) -> None:
+        assert self.dp is not None
+        mh.make_networks(build.request.lab, self.dp, self.hosts, datapath=build.datapath,
+                         record=build.record)
+
+    def build_node(self, build: Build, node: int) -> None:
+        assert self.dp is not None and self.manager is not None and self.archive is not None
+        lab = build.request.lab
+        host = self.hosts[self.dp.host_of(topo.Endpoint(node, 1))]
+        with build.phase("parents", node):
+            mh.parent_service(self.manager, lab, node, host, images.DIND_IMAGE, build.record)
+        with build.phase("inner daemons", node):
+            parent_pid = mh.wait_parent(lab, node, host)
+            inner = mh.inner_engine(lab, node, host)
+        try:
+            with build.phase("children", node):
+                with open(self.archive, "rb") as tar:
+                    inner.images.load(tar)
+                children = mh.start_iphys(inner, lab, node, build.shape.iphys,
+                                          images.COMPONENT_IMAGE)
+            with build.phase("wiring", node):
+                pids = netlink.host_pids(parent_pid, list(children.values()))
+                for iphy, pid in children.items():
+                    mh.wire_iphy(lab, self.dp, host, node, iphy, pids[pid], build.record)
+        finally:
+            inner.close()
+
+    def close(self) -> None:
+        # The archive stays (one per image id): the next create loads it without a save.
+        mh.close_all(self.hosts.values())
+        self.hosts = {}
+
+    # --- using a multi-host lab -------------------------------------------------------
+
+    def _open(self, meta: dict) -> dict[str, mh.HostHandle]:
+        """Handles on the lab's hosts (opened once per design object)."""
+        if not self.hosts:
+            self.dp = data_plane(meta)
+            self.hosts = mh.connect_all(pl.hosts_from_doc(meta["hosts"]),
+                                        sorted(set(self.dp.placement.values())),
+                                        docker_engine.connect())
+        return self.hosts
+
+    def _host(self, lab: Lab, number: int) -> mh.HostHandle:
+        return self._open(lab.meta)[lab.meta["placement"][str(number)]]
+
+    def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
+        host = self._host(lab, number)
+        name = topo.parent_container(lab.record.lab, number)
+        entry: dict = {"node": topo.node_name(number), "container": name, "host": host.name}
+        parent = _parent(host, lab.record.lab, name)
+        if parent is None:
+            entry.update(state="missing", components=[])
+            return entry
+        entry["state"] = parent.status
+        pid_there = int(parent.attrs["State"].get("Pid") or 0)
+        memory = (cgroup_memory(netlink.host_pids(host.pid, [pid_there])[pid_there])
+                  if pid_there else None)
+        entry["memory_mb"] = round(memory["used"] / MB, 1) if memory else None
+        states = {}
+        if parent.status == "running":
+            inner = mh.inner_engine(lab.record.lab, number, host)
+            try:
+                states = {c.name: c.status for c in inner.containers.list(all=True)}
+            except docker.errors.DockerException:
+                pass
+            finally:
+                inner.close()
+        entry["components"] = [
+            {"component": component,
+             "state": NO_GNAB if index == 0 else states.get(component, "unknown"),
+             **component_addresses(plan, number, index)}
+            for index, component in enumerate(lab.shape.components())]
+        return entry
+
+    def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
+                out: Write, err: Write) -> int:
+        number = lab.shape.check_node(node)
+        if lab.shape.check_component(component) == 0:
+            raise UsageError(f"{node} has no running GNAB: multi-host labs start iPHYs only "
+                             "(docs/multihost.md)")
+        host = self._host(lab, number)
+        name = topo.parent_container(lab.record.lab, number)
+        parent = _parent(host, lab.record.lab, name)
+        if parent is None or parent.status != "running":
+            raise EnvironmentProblem(f"node {node} is dead: its parent {name} on {host.name} "
+                                     f"is {'gone' if parent is None else parent.status}")
+        inner = mh.inner_engine(lab.record.lab, number, host)
+        try:
+            try:
+                child = inner.containers.get(component)
+            except docker.errors.NotFound as exc:
+                raise EnvironmentProblem(f"component {component} not found in {node}") from exc
+            return run_in_child(inner, child, node, component, command, out, err)
+        finally:
+            inner.close()
+
+    def dead_nodes(self, lab: Lab) -> set[int]:
+        return {n for n in lab.shape.node_numbers()
+                if getattr(_parent(self._host(lab, n), lab.record.lab,
+                                   topo.parent_container(lab.record.lab, n)),
+                           "status", "gone") != "running"}
+
+    def swap(self, lab: Lab, node: str, component: str, path: Path, *,
+             restart: bool) -> dict:
+        raise UsageError("swap is not available in labs over several hosts yet")
+
+    def links(self, record: LabRecord) -> mh.HostLinks:
+        meta = record.meta()
+        hosts = self._open(meta)
+        assert self.dp is not None
+        return mh.HostLinks(record.lab, meta["main_bridge"], self.dp.plan, record.path.parent,
+                            dp=self.dp, hosts=hosts)
+
+    def remove_elsewhere(self, record: LabRecord, dry_run: bool) -> list[str]:
+        meta = record.meta()
+        if "hosts" not in meta:
+            return []
+        return mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
+                                  record.resources(), docker_engine.connect(), dry_run)
+
+
+def _parent(host: mh.HostHandle, lab: str, name: str):
+    """The node's parent container on its host (the Swarm task of its service), or None."""
+    found = [c for c in host.engine.containers.list(
+        all=True, filters={"label": [f"{LAB_ID}={lab}", "org.nestednet.role=parent"]})
+        if c.labels.get("com.docker.swarm.service.name") == name]
+    return found[0] if found else None

@@ -1,0 +1,163 @@
+"""Multi-host labs through the create seam, the parts that need no host: the request's
+checks and write-ahead record entries, flows per host (HostLinks), shaping per network
+namespace, and the CLI's refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nestednet.adapters import openflow, tc
+from nestednet.cli import main
+from nestednet.errors import UsageError
+from nestednet.lab import designs, shaping
+from nestednet.lab.create import CreateRequest, validate
+from nestednet.lab.multihost import HostHandle, HostLinks
+from nestednet.lab.record import LabRecord
+from nestednet.model import placement as pl
+from nestednet.model import topology as topo
+from nestednet.model.addressing import AddressPlan
+from nestednet.model.link_properties import parse_properties
+from nestednet.model.shaping_policy import RATE_ONLY, ShapingPolicy
+from nestednet.model.tunnels import DataPlane
+
+pytestmark = pytest.mark.unit
+
+E = topo.Endpoint
+HOSTS = pl.hosts_from_doc({"hosts": [
+    {"name": "hostA", "address": "10.0.0.1", "emulated": "emu-a", "capacity": 3},
+    {"name": "hostB", "address": "10.0.0.2", "emulated": "emu-b"}], "vni": 7000})
+
+
+def request(**kw) -> CreateRequest:
+    return CreateRequest(**{"lab": "mh", "nodes": 4, "iphys": 2, "design": "swarm",
+                            "hosts": HOSTS, **kw})
+
+
+def test_hosts_doc_round_trips_with_the_emulated_field():
+    assert HOSTS.hosts[0].emulated == "emu-a"
+    assert pl.hosts_from_doc(pl.hosts_doc(HOSTS)) == HOSTS
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"hosts": None}, "need --hosts"),
+    ({"cpus": 0.5}, "--cpus is not available"),
+    ({"memory_mb": 64}, "--memory is not available"),
+    ({"routing": "babel", "component_caps": ("NET_ADMIN",)}, "--routing babel"),
+    ({"images": (("iphy", "alpine"),)}, "--image is not available"),
+    ({"pins": ("n1=hostC",)}, "no host named 'hostC'"),
+    ({"nodes": 9, "placement": "packed", "hosts": pl.hosts_from_doc(
+        {"hosts": [{"name": "a", "address": "10.0.0.1", "capacity": 4}]})}, "do not fit"),
+])
+def test_swarm_requests_are_checked_before_anything_is_made(kw, words):
+    with pytest.raises(UsageError, match=words):
+        validate(request(**kw))
+
+
+def test_hosts_are_refused_by_the_one_host_designs():
+    for kind in ("nested", "flat"):
+        with pytest.raises(UsageError, match=f"--hosts is not available in {kind} labs"):
+            validate(request(design=kind))
+
+
+def test_placement_goes_into_the_record_before_anything_is_made():
+    design = designs.named("swarm")
+    shape, _plan = validate(request(pins=("n4=hostA",)))
+    meta = design.extra_meta(request(pins=("n4=hostA",)), shape)
+    assert meta["placement"] == {"1": "hostB", "2": "hostA", "3": "hostB", "4": "hostA"}
+    assert pl.hosts_from_doc(meta["hosts"]) == HOSTS
+
+
+def _links(tmp_path: Path) -> HostLinks:
+    shape = topo.Shape(3, 2)
+    plan = AddressPlan.for_shape(shape)
+    dp = DataPlane.of("mh", plan, HOSTS, {1: "hostA", 2: "hostB", 3: "hostA"})
+    handles = {n: HostHandle(n, None, None, f"/proc/{i}/ns/net", i, f"/run/{n}", tmp_path, "/x")
+               for i, n in enumerate(("hostA", "hostB"), start=10)}
+    return HostLinks("mh", topo.main_bridge("mh"), plan, tmp_path, dp=dp, hosts=handles)
+
+
+def test_host_links_write_one_bundle_per_host_a_link_touches(tmp_path, monkeypatch):
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(openflow, "apply", lambda target, lines: calls.append((target, lines)))
+    links = _links(tmp_path)
+    links.install(E(1, 1), E(2, 1))
+    assert sorted(t for t, _ in calls) == ["unix:/run/hostA/mh-main.mgmt",
+                                           "unix:/run/hostB/mh-main.mgmt"]
+    assert all(len(lines) == 2 for _, lines in calls)
+    assert all(f"cookie={links.cookie(E(1, 1), E(2, 1)):#x}" in line
+               for _, lines in calls for line in lines)
+    calls.clear()
+    links.install(E(1, 2), E(3, 2))  # same host: the usual pair, hostA only
+    assert [(t, len(lines)) for t, lines in calls] == [("unix:/run/hostA/mh-main.mgmt", 2)]
+    calls.clear()
+    done = links.apply_step(add=[(E(1, 2), E(3, 2))], remove=[(E(1, 1), E(2, 1))])
+    assert sorted((t, len(lines)) for t, lines in calls) == [
+        ("unix:/run/hostA/mh-main.mgmt", 3), ("unix:/run/hostB/mh-main.mgmt", 1)]
+    assert sorted(done) == ["hostA", "hostB"] and all(t >= 0 for t in done.values())
+    assert links.describe((E(1, 1), E(2, 1)))["hosts"] == ["hostA", "hostB"]
+
+
+def test_host_links_are_read_from_every_hosts_flow_table(tmp_path, monkeypatch):
+    links = _links(tmp_path)
+    for handle in links.hosts.values():
+        handle.ovs = type("Ovs", (), {"bridge_exists": lambda self, name: True})()
+    cross, local = links.cookie(E(2, 2), E(3, 1)), links.cookie(E(1, 2), E(3, 2))
+    tables = {"unix:/run/hostA/mh-main.mgmt": {cross, local, 0x1234},
+              "unix:/run/hostB/mh-main.mgmt": {cross}}
+    monkeypatch.setattr(openflow, "cookies", lambda target: tables[target])
+    assert links.links() == [(E(1, 2), E(3, 2)), (E(2, 2), E(3, 1))]
+
+
+def test_a_cross_host_link_is_shaped_on_each_receiving_host_with_offloads_kept(
+        tmp_path, monkeypatch):
+    built: list[tuple[str | None, list[str]]] = []
+    removed: list[tuple[str | None, list[str]]] = []
+    monkeypatch.setattr(tc, "build", lambda ops, netns, ports, ours, owner:
+                        built.append((netns, list(ports))) or {})
+    monkeypatch.setattr(tc, "disable_offloads", lambda *a: pytest.fail("offloads touched"))
+    monkeypatch.setattr(tc, "remove_trees", lambda netns, ports:
+                        removed.append((netns, list(ports))) or list(ports))
+    monkeypatch.setattr(openflow, "apply", lambda target, lines: None)
+    links = _links(tmp_path)
+    monkeypatch.setattr(HostLinks, "link_cookies", lambda self: set())
+    record = LabRecord("mh", tmp_path)
+    record.claim()
+    shaper = shaping.LabShaper(record, ShapingPolicy.choose(RATE_ONLY, False),
+                               offloads_off=links.shaping_offloads_off)
+    shaping.add_link(links, shaper, E(1, 1), E(2, 1), parse_properties({"rate": "20Mbit"}))
+    assert sorted(built) == [("/proc/10/ns/net", ["mh-1x1"]), ("/proc/11/ns/net", ["mh-2x1"])]
+    assert {(r.name, r.where) for r in record.resources() if r.kind == "tc-root"} == {
+        ("mh-1x1", "hostA"), ("mh-2x1", "hostB")}
+    monkeypatch.setattr(HostLinks, "link_cookies",
+                        lambda self: {self.cookie(E(1, 1), E(2, 1))})
+    shaping.delete_link(links, shaper, E(1, 1), E(2, 1))
+    assert sorted(removed) == [("/proc/10/ns/net", ["mh-1x1"]), ("/proc/11/ns/net", ["mh-2x1"])]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--place", "n1=hostA"], "--place and --pack need --hosts"),
+    (["--pack"], "--place and --pack need --hosts"),
+    (["--flat", "--hosts", "HOSTS"], "--flat and --hosts cannot be combined"),
+    (["--hosts", "HOSTS", "--place", "n9=hostA"], "--place 'n9=hostA'"),
+    (["--hosts", "HOSTS", "--cpus", "0.5"], "--cpus is not available"),
+])
+def test_create_cli_refuses_bad_multihost_options_with_exit_2(tmp_path, args, words):
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(pl.json.dumps(pl.hosts_doc(HOSTS)))
+    args = [str(hosts) if a == "HOSTS" else a for a in args]
+    result = CliRunner().invoke(main, ["create", "-n", "2", "-m", "1", *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+
+
+def test_run_refuses_a_multihost_lab_before_touching_it(tmp_path):
+    from nestednet.ca.session import check_fits
+    from nestednet.lab.nodes import Lab
+    from nestednet.model.scenario_file import load_scenario
+
+    lab = Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(4, 2), client=None)
+    with pytest.raises(UsageError, match="swarm lab: `run` cannot play scenarios"):
+        check_fits(load_scenario("scenarios/small-4x2.json"), lab)
