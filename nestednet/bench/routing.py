@@ -30,8 +30,8 @@ from nestednet.model import topology as topo
 PING_S = 0.1
 """Probe spacing: one ping at a time, waiting at most 2 x PING_S for its answer."""
 WINDOW_S = 120
-"""Longest wait for a path. A path grows by about a second per node (a 24-node line's far
-end took 17.7 s), so 48 nodes need more than the 40 s this once was."""
+"""Longest wait for a path: far ends of long lines took up to 18.5 s (24 nodes) and 13.1 s
+(48 nodes) in one run each; 40 s left too little room for a slow run."""
 EXPIRE_S = 8.0
 """Wait after removing the link, so the next repeat starts with no path."""
 PROBE_TTL = 255
