@@ -182,6 +182,13 @@ def test_sigkill_at_any_instant_then_cleanup_leaves_the_host_as_before(command, 
 
 # --- Ctrl-C ------------------------------------------------------------------------------
 
+def _interactive_sigint() -> None:
+    """The CLI as a user at a terminal starts it. A test suite started in the background
+    of a non-interactive shell has SIGINT ignored, the CLI inherits that and rightly keeps
+    it (as under `nohup ... &`): a Ctrl-C test would then see create finish (exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("terminal", [False, True])
 def test_ctrl_c_during_create_rolls_back_and_exits_130(terminal):
     forget(CRASH_LAB)
@@ -190,9 +197,10 @@ def test_ctrl_c_during_create_rolls_back_and_exits_130(terminal):
     if terminal:
         cmd = ["script", "-qec", shlex.join(create), "/dev/null"]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=_interactive_sigint)
     else:
-        proc = subprocess.Popen(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=_interactive_sigint)
     deadline = time.monotonic() + 120
     while not (LabRecord(CRASH_LAB).path / "n1").exists():  # nodes are being built
         assert proc.poll() is None and time.monotonic() < deadline
