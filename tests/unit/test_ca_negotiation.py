@@ -338,9 +338,12 @@ class WireRecorder:
         return [m["type"] for m in self.sent.get(conn, [])]
 
 
-def _ca(inventory: dict[str, list[int]]) -> tuple[CommunicationAssistant, WireRecorder,
-                                                    RecordingInstaller]:
-    wire, installer = WireRecorder(), RecordingInstaller()
+def _ca(inventory: dict[str, list[int]], wire: WireRecorder | None = None,
+        installer: RecordingInstaller | None = None
+        ) -> tuple[CommunicationAssistant, WireRecorder, RecordingInstaller]:
+    """A CA that has heard every node's HELLO (on connections 1, 2, ...)."""
+    wire = wire if wire is not None else WireRecorder()
+    installer = installer if installer is not None else RecordingInstaller()
     ca = CommunicationAssistant(wire, InterNodeLinks(inventory), installer,
                                 node_ids={n: i for i, n in enumerate(inventory, 1)},
                                 control_ips=dict.fromkeys(inventory, "10.0.0.9"),
@@ -397,14 +400,7 @@ class WatchingWire(WireRecorder):
 
 
 def _pipelined_ca(inventory: dict[str, list[int]]):
-    wire, installer = WatchingWire(), HeldInstaller()
-    ca = CommunicationAssistant(wire, InterNodeLinks(inventory), installer,
-                                node_ids={n: i for i, n in enumerate(inventory, 1)},
-                                control_ips=dict.fromkeys(inventory, "10.0.0.9"),
-                                events=EventLog(None))
-    ca.on_messages([(k, {"type": p.HELLO, "node": n, "iphys": [
-        {"name": f"iphy{i}", "inter_ip": "10.1.0.1", "up": True} for i in inventory[n]]})
-        for k, n in enumerate(inventory, 1)])
+    ca, wire, installer = _ca(inventory, WatchingWire(), HeldInstaller())
     ca.apply_step(0, 0.0, [("a", "b"), ("a", "c"), ("b", "c")])
     for conn in wire.sent:
         wire.sent[conn].clear()
