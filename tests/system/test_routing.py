@@ -174,17 +174,22 @@ def test_component_caps_none_takes_the_right_to_route_away():
 USER_IMAGE = "nestednet-test/user-gnab:route"
 
 
+def build_user_image(tag: str, context: Path, extra: str) -> None:
+    """A user's image as the issue describes it: the component image plus one file,
+    /opt/user-extra.txt holding ``extra``, built in ``context``."""
+    (context / "extra.txt").write_text(extra)
+    (context / "Dockerfile").write_text(
+        f"FROM {images.COMPONENT_IMAGE}\nCOPY extra.txt /opt/user-extra.txt\n")
+    built = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+
+
 @pytest.fixture(scope="module")
 def direct_lab(tmp_path_factory):
     """4 nodes x 2 iPHYs, --routing direct, every GNAB from a user's image: the
     component image plus one extra file, built here."""
-    context = tmp_path_factory.mktemp("user-image")
-    (context / "extra.txt").write_text("made by the user\n")
-    (context / "Dockerfile").write_text(
-        f"FROM {images.COMPONENT_IMAGE}\nCOPY extra.txt /opt/user-extra.txt\n")
-    built = subprocess.run(["docker", "build", "-q", "-t", USER_IMAGE, str(context)],
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
+    build_user_image(USER_IMAGE, tmp_path_factory.mktemp("user-image"), "made by the user\n")
     lab = "rd4"
     nn("delete", "--lab", lab)
     done = nn("create", "--lab", lab, "--nodes", "4", "--iphys", "2", "--memory", "64",
@@ -250,12 +255,7 @@ def test_babel_with_a_users_iphy_image_survives_swap_restart(tmp_path):
     """A user's iPHY image (babeld in its sidecar) routes, and `swap --restart` of that
     iPHY and of a GNAB under babel brings the route back (the restarted component keeps
     its MACs, so its neighbours' ARP entries stay right)."""
-    (tmp_path / "extra.txt").write_text("iphy user file\n")
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {images.COMPONENT_IMAGE}\nCOPY extra.txt /opt/user-extra.txt\n")
-    built = subprocess.run(["docker", "build", "-q", "-t", USER_IPHY_IMAGE, str(tmp_path)],
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
+    build_user_image(USER_IPHY_IMAGE, tmp_path, "iphy user file\n")
     code = tmp_path / "code"
     code.mkdir()
     (code / "note.txt").write_text("swapped\n")
