@@ -15,7 +15,7 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -92,7 +92,12 @@ def port_index(ipr: IPRoute, port: str) -> int:
 
 def root_qdisc(ipr: IPRoute, index: int) -> tuple[str, int]:
     """(kind, handle) of the port's root qdisc."""
-    for msg in ipr.get_qdiscs(index):
+    return _root_of(ipr.get_qdiscs(index))
+
+
+def _root_of(qdisc_msgs: Iterable[Any]) -> tuple[str, int]:
+    """(kind, handle) of the root among one port's qdisc messages."""
+    for msg in qdisc_msgs:
         if msg["parent"] == 0xFFFFFFFF:
             return msg.get_attr("TCA_KIND"), msg["handle"]
     return "noqueue", 0
@@ -497,8 +502,7 @@ def _port_state(ipr: IPRoute, port: str, index: int | None, qdisc_msgs: list) ->
     if index is None:
         return {"port": port, "exists": False}
     qdiscs = [_qdisc(m) for m in qdisc_msgs]
-    root_kind, root_handle = next(((m.get_attr("TCA_KIND"), m["handle"]) for m in qdisc_msgs
-                                   if m["parent"] == 0xFFFFFFFF), ("noqueue", 0))
+    root_kind, root_handle = _root_of(qdisc_msgs)
     classes = [_class(m) for m in ipr.get_classes(index)]
     filters = []
     if root_handle:
@@ -520,8 +524,8 @@ def read(netns: str | None, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
         qdiscs: dict[int, list] = {}
         for msg in ipr.get_qdiscs():
             qdiscs.setdefault(msg["index"], []).append(msg)
-        return {port: _port_state(ipr, port, indexes.get(port), qdiscs.get(indexes.get(port), []))
-                for port in ports}
+        return {port: _port_state(ipr, port, index, qdiscs.get(index, []))
+                for port, index in ((p, indexes.get(p)) for p in ports)}
 
 
 def snapshot(netns: str | None, ports: Sequence[str]) -> dict[str, Any]:
