@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from nestednet.errors import UsageError
+from nestednet.model.limits import finite_number
 from nestednet.model.line_of_sight import Pair, Position, pair
 
 STEP = "step"
@@ -115,10 +116,10 @@ def parse_event(record: Any, where: str) -> Event:
     if not isinstance(kind, str):
         raise bad("'event' is missing or not a string")
     t = record.get("scenario_time")
-    if not _finite(t):
+    if not finite_number(t):
         raise bad("'scenario_time' is missing or not a finite number")
     wall = record.get("wall_time")
-    if wall is not None and not _finite(wall):
+    if wall is not None and not finite_number(wall):
         raise bad("'wall_time' is not a finite number")
     step = record.get("step")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
@@ -138,7 +139,7 @@ def parse_event(record: Any, where: str) -> Event:
     positions = _parse_positions(record.get("positions"), bad)
     reason = record.get("reason")
     latency = record.get("latency_ms")
-    if latency is not None and not _finite(latency):
+    if latency is not None and not finite_number(latency):
         raise bad("'latency_ms' is not a finite number")
     return Event(event=kind, scenario_time=float(t),
                  wall_time=float(wall) if wall is not None else None, step=step,
@@ -265,9 +266,9 @@ def negotiation_summary(events: Iterable[Event]) -> dict[str, Any]:
             if isinstance(agent_step, int) and e.step is not None and agent_step < e.step:
                 stale += 1
             sent = e.extra.get("sent_wall", e.wall_time)
-            if _finite(sent) and e.wall_time is not None:
+            if finite_number(sent) and e.wall_time is not None:
                 held = e.extra.get("held_ms", 0)
-                received = e.wall_time - (held / 1000 if _finite(held) else 0)
+                received = e.wall_time - (held / 1000 if finite_number(held) else 0)
                 asked[ends] = (float(sent), received, e)
         elif e.event == LINK_FAIL:
             reason = (e.reason or "unknown").split(":", 1)[0]
@@ -321,7 +322,7 @@ def latency_phases(request: Event, link_up: Event) -> dict[str, float] | None:
     sent, received = request.extra.get("sent_wall"), request.extra.get("received_wall")
     flows_ms, flows_wall = link_up.extra.get("flows_ms"), link_up.extra.get("flows_wall")
     stamps = (sent, received, flows_ms, flows_wall, request.wall_time, link_up.wall_time)
-    if not all(_finite(value) for value in stamps):
+    if not all(finite_number(value) for value in stamps):
         return None
     decided, started = float(request.wall_time), float(flows_wall) - float(flows_ms) / 1000
     return {"to_ca": (float(received) - float(sent)) * 1000,
@@ -359,9 +360,6 @@ def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:
     return out
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
 
 def _placeholders(kind: str) -> str:
     return "src, dst" if kind in (LINK_REQUEST, LINK_FAIL) else "a, b"
@@ -382,7 +380,7 @@ def _parse_positions(raw: Any, bad: Any) -> dict[str, Position] | None:
         raise bad("'positions' is not an object of node -> [x, y, z]")
     out: dict[str, Position] = {}
     for name, p in raw.items():
-        if not isinstance(p, list) or len(p) not in (2, 3) or not all(_finite(v) for v in p):
+        if not isinstance(p, list) or len(p) not in (2, 3) or not all(finite_number(v) for v in p):
             raise bad(f"'positions'.{name} is not [x, y] or [x, y, z] (finite numbers)")
         xyz = [float(v) for v in p] + [0.0] * (3 - len(p))
         out[name] = (xyz[0], xyz[1], xyz[2])

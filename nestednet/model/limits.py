@@ -9,6 +9,8 @@ and refuse the same files, in the same words. scenarios/README.md lists these li
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 from nestednet.errors import UsageError
@@ -52,7 +54,30 @@ def _check_number(source: str, where: str, value: Any, limit: float, what: str) 
 
 
 def _number(value: float) -> str:
+    if not finite_number(value):
+        return describe_number(value)
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e12 else f"{value:g}"
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number (not a bool) that a float can hold: finite, and for an integer within
+    the float range. JSON's and Python's integers have no size limit, floats do, so a
+    huge integer must be refused as input rather than overflow where it is used."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= sys.float_info.max
+    return math.isfinite(value)
+
+
+def describe_number(value: int | float) -> str:
+    """A number for an error message, also one no float can hold."""
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and abs(value) > sys.float_info.max:
+        digits = int(abs(value).bit_length() * math.log10(2)) + 1
+        sign = "a negative" if value < 0 else "an"
+        return f"{sign} integer of about {digits} digits (beyond ±1.8e308)"
+    return repr(value)
 
 
 def check_file_size(size: int, source: str) -> None:

@@ -15,7 +15,6 @@ a half-valid file.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import jsonschema
 
 from nestednet.errors import UsageError
 from nestednet.model import link_models
+from nestednet.model.limits import describe_number, finite_number
 from nestednet.model.line_of_sight import Pair, Position
 from nestednet.model.link_properties import LinkProperties
 
@@ -216,8 +216,8 @@ def check_finite(problems: Problems, path: Sequence[str | int], value: Any) -> b
     if not is_number(value):
         problems.add(path, f"expected a number, got {describe(value)}")
         return False
-    if not math.isfinite(value):
-        problems.add(path, f"expected a finite number, got {value}")
+    if not finite_number(value):
+        problems.add(path, f"expected a finite number, got {describe_number(value)}")
         return False
     return True
 

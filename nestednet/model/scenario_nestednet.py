@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 from nestednet.errors import UsageError
+from nestednet.model.limits import finite_number
 from nestednet.model.line_of_sight import Pair, Position, pair
 from nestednet.model.scenario import (
     DEFAULT_IPHYS,
@@ -162,7 +163,7 @@ def _check_self_entry(problems: Problems, where: list[str | int], peer: dict[str
         return
     for axis, c in enumerate(("PosX", "PosY", "PosZ")):
         v = peer.get(c)
-        if isinstance(v, (int, float)) and math.isfinite(v) and not math.isclose(
+        if finite_number(v) and not math.isclose(
                 v, own[axis], rel_tol=SELF_POSITION_REL_TOL, abs_tol=SELF_POSITION_ABS_TOL):
             problems.add([*where, c], f"the node's own entry lists {c} {v:g}, but its "
                                       f"position is {own[axis]:g}")

@@ -213,3 +213,31 @@ def _plausible(option: str, value: str) -> bool:
 
 def integral_option(option: str) -> bool:
     return option in ("--nodes", "--iphys", "--memory", "--jobs")
+
+
+def _scalar_leaves(doc: Any) -> list[tuple]:
+    """One path per distinct scalar field (list positions folded), first seen: the links
+    formats write their numbers as strings ("10Mbit"), the scenarios as numbers."""
+    seen: dict[tuple, tuple] = {}
+    for path in _paths(doc):
+        if not isinstance(_get(doc, path), dict | list):
+            seen.setdefault(tuple("*" if isinstance(p, int) else p for p in path), path)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("fmt", sorted(SEEDS))
+@pytest.mark.parametrize("huge", [10**400, -(10**400), 10**4000], ids=["1e400", "-1e400",
+                                                                       "4001-digits"])
+def test_integers_beyond_float_range_are_refused_in_every_field(fmt, huge, tmp_path):
+    """JSON integers have no size limit, Python's ints neither, floats do: an integer no
+    float can hold, in any field, is a located input error (exit 2), never an
+    OverflowError. Found by the fuzz test in a thesis-format peer's PosX."""
+    doc = json.loads(SEEDS[fmt].read_text())
+    leaves = _scalar_leaves(doc)
+    assert len(leaves) >= 5, f"{fmt}: the seed has {len(leaves)} fields"
+    for path in leaves:
+        spoiled_doc = _replace(doc, path, huge)
+        _meets_contract(fmt, json.dumps(spoiled_doc).encode(), tmp_path)
+        main, args = COMMAND[fmt]
+        result = CliRunner().invoke(main, [*args, str(tmp_path / "input.json")])
+        assert result.exit_code == 2, (path, result.output[-400:])

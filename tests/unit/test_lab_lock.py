@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import time
 
@@ -90,3 +91,18 @@ def test_limits_are_checked_first_and_located(doc, words):
     with pytest.raises(UsageError, match=f"^f.json: .*{words}"):
         parse_scenario(doc, "f.json")
     assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("value, finite", [
+    (0, True), (-1.5, True), (10**308, True), (-(10**308), True), (2 * 10**308, False),
+    (-(10**400), False), (math.inf, False), (math.nan, False), (True, False), ("1", False),
+])
+def test_finite_number_also_refuses_integers_no_float_holds(value, finite):
+    assert limits.finite_number(value) is finite
+
+
+def test_a_huge_integer_is_described_without_converting_it():
+    assert limits.describe_number(10**400) == \
+        "an integer of about 401 digits (beyond ±1.8e308)"
+    assert limits.describe_number(-(10**400)).startswith("a negative integer of about 401")
+    assert limits.describe_number(2.5) == "2.5"
