@@ -9,14 +9,14 @@ in time.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import statistics
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
@@ -219,153 +219,168 @@ def warm_up(namespaces: Sequence[str], destination: str) -> None:
         ping(namespace, destination, count=5, interval=0.2)
 
 
-# --- judging delays: calibrated against reference netem delays in the same run ------
+# --- judging delays: against reference netem measured beside them, at the same moment ---
 
-REFERENCE_DELAYS_MS: tuple[float, ...] = (1.0, 5.0, 10.0, 20.0, 50.0)
-"""One-way netem delays measured on a plain veth before anything is judged. In the
-emulated VM netem's lateness grows with the delay and then levels off (one run: about
-0.2 ms at 1 ms, 0.5 at 5, 0.6-0.9 at 10-20, 0.7-0.8 at 50), so a single reference
-mis-predicts the others; between references it is interpolated, beyond them held."""
 METAL_TOLERANCE_MS = 0.2
 """Per delayed direction, on a real kernel: netem's timers are exact to well under this."""
 VM_TOLERANCE_MS = 0.5
-"""Per delayed direction, in the software-emulated VM, around the lateness measured on the
-reference delays (PLATFORM.md, issue #10); it covers the ping median's own noise."""
+"""Per delayed direction, in the software-emulated VM, around the reference's own rise
+(PLATFORM.md, issue #10); it covers the two ping medians' own noise."""
 VM_MAX_OVERSHOOT_MS = 2.0
-"""A reference lateness beyond this means the emulated CPU is too starved to judge any
-delay: the calibration itself fails rather than stretching every bound."""
-
-
-@dataclass(frozen=True)
-class DelayJudge:
-    """How a measured median RTT rise is judged against configured netem delays.
-
-    On a real kernel the rise must equal the configured delay within METAL_TOLERANCE_MS
-    per delayed direction. In the emulated VM netem's timers fire systematically late, by
-    an amount that depends on the delay, so the expectation is the configured delay plus,
-    per delayed direction, the lateness that plain netem showed at that one-way delay on a
-    reference veth in the same run (interpolated between reference delays), within
-    VM_TOLERANCE_MS per delayed direction. What is judged is thus our shaping against the
-    kernel's own netem, not the emulator's clock. The bound is fixed in advance and
-    recorded with every result; nothing is retried."""
-
-    emulated: bool
-    references: tuple[tuple[float, float], ...]
-    """(one-way reference delay, measured median RTT rise), ascending by delay."""
-    tolerance_ms: float
-
-    @property
-    def lateness_ms(self) -> dict[float, float]:
-        """Per reference delay: how much later than configured netem delivered."""
-        return {delay: round(rise - delay, 3) for delay, rise in self.references}
-
-    def late_at(self, one_way_ms: float) -> float:
-        """The lateness expected at a one-way delay: linear between the two nearest
-        references, the nearest reference's outside their range."""
-        points = sorted(self.lateness_ms.items())
-        if one_way_ms <= points[0][0]:
-            return points[0][1]
-        for (d0, l0), (d1, l1) in itertools.pairwise(points):
-            if one_way_ms <= d1:
-                return round(l0 + (l1 - l0) * (one_way_ms - d0) / (d1 - d0), 3)
-        return points[-1][1]
-
-    def expected_ms(self, configured_ms: float, directions: int = 1) -> float:
-        """``configured_ms`` is the RTT's whole configured delay, spread evenly over
-        ``directions`` delayed directions."""
-        late = self.late_at(configured_ms / directions) * directions if self.emulated else 0.0
-        return round(configured_ms + late, 3)
-
-    def bound_ms(self, directions: int = 1) -> float:
-        return round(self.tolerance_ms * directions, 3)
-
-    def holds(self, configured_ms: float, rise_ms: float, directions: int = 1) -> bool:
-        return abs(rise_ms - self.expected_ms(configured_ms, directions)) \
-            <= self.bound_ms(directions) + 1e-9
-
-    def verdict(self, configured_ms: float, rise_ms: float, directions: int = 1) -> dict:
-        """Everything needed to re-judge the result later, for the results file."""
-        return {"configured_ms": configured_ms, "directions": directions,
-                "rise_ms": rise_ms, "expected_ms": self.expected_ms(configured_ms, directions),
-                "bound_ms": self.bound_ms(directions),
-                "holds": self.holds(configured_ms, rise_ms, directions)}
-
-    def as_dict(self) -> dict:
-        return {"emulated": self.emulated, "tolerance_ms": self.tolerance_ms,
-                "references": [list(r) for r in self.references],
-                "lateness_ms": self.lateness_ms}
-
-
-def judge_for(emulated: bool, rises: dict[float, float]) -> DelayJudge:
-    """The judge for this kind of kernel, from references measured in this run
-    (one-way delay -> median RTT rise); raises ValueError when a reference itself shows
-    the kernel cannot be judged."""
-    if not rises:
-        raise ValueError("no reference delay was measured")
-    judge = DelayJudge(emulated, tuple(sorted(rises.items())),
-                       VM_TOLERANCE_MS if emulated else METAL_TOLERANCE_MS)
-    for delay, late in judge.lateness_ms.items():
-        if emulated and not -judge.tolerance_ms <= late <= VM_MAX_OVERSHOOT_MS:
-            raise ValueError(f"reference netem delay {delay} ms rose the RTT by "
-                             f"{rises[delay]} ms: the emulated kernel's timers are off by "
-                             f"more than {VM_MAX_OVERSHOOT_MS} ms, nothing can be judged")
-        if not emulated and abs(late) > judge.tolerance_ms + 1e-9:
-            raise ValueError(f"reference netem delay {delay} ms rose the RTT by "
-                             f"{rises[delay]} ms on a real kernel (bound "
-                             f"{METAL_TOLERANCE_MS} ms)")
-    return judge
-
-
+"""Per delayed direction: a reference later than this means the emulated CPU is too
+starved to judge any delay, and the verdict is refused rather than the bound stretched."""
 REFERENCE_PARENTS = ("htb", "hfsc")
-"""netem sits under one of these in every shaping we do. In the emulated VM delays through
-them came out later than plain netem's (one run: +0.2-0.3 ms through our HTB shaping, +0.5
-through HFSC), so each parent is calibrated as it is used."""
+"""netem sits under one of these in every shaping we do; in the VM each parent adds
+lateness of its own (one run: +0.2-0.3 ms through HTB, +0.5 through HFSC, over plain
+netem), so the reference is built under the parent the judged shaping uses."""
 REFERENCE_CLASS_BPS = 10**9
 """The reference class's rate: far above what a ping needs, so it never queues."""
+REFERENCE_PINGS = (100, 0.02)
+"""The reference's pings (count, interval): 2 s, about as long as every judged probe."""
+
+Probe = Callable[[], PingResult]
+"""One measurement of the judged path's RTT (a ping run), repeatable."""
 
 
-def reference_rises(parent: str, references: Sequence[float] = REFERENCE_DELAYS_MS, *,
-                    count: int = 200, interval: float = 0.02
-                    ) -> tuple[dict[float, float], PingResult, dict[float, PingResult]]:
-    """Median RTT rise that netem as the leaf of one ``parent`` (htb or hfsc) class gives
-    on one direction, per reference delay, between two scratch namespaces of our own
-    joined by a veth (removed after). The arrangement is built here with pyroute2, not by
-    our shaping code, so a judge checks our shaping against the kernel's own behaviour.
-    Returns (delay -> rise, idle pings, delay -> delayed pings)."""
-    if parent not in REFERENCE_PARENTS:
-        raise ValueError(f"no reference for netem under {parent!r}")
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"nncal-a-{tag}", f"nncal-b-{tag}"
-    ends = ((a, f"nncal{tag}a", IPv4Interface("198.18.251.1/30")),
-            (b, f"nncal{tag}b", IPv4Interface("198.18.251.2/30")))
-    for namespace, _, _ in ends:
-        netlink.create_netns(namespace)
-    try:
+class Unjudgeable(ValueError):
+    """The reference itself is off by more than a judge can work with."""
+
+
+def judge_rise(emulated: bool, configured_ms: float, rise_ms: float,
+               reference_rise_ms: float, directions: int = 1) -> dict:
+    """The verdict on one measured median RTT rise, from the rise the reference showed
+    for the same configured delay at the same moment.
+
+    On a real kernel the rise must equal the configured delay within METAL_TOLERANCE_MS
+    per delayed direction (and so must the reference's, or nothing is judged). In the
+    emulated VM netem's timers fire late by an amount that depends on the delay and on
+    how busy the host is from second to second (PLATFORM.md): the expectation is the
+    reference's rise, within VM_TOLERANCE_MS per delayed direction. What is judged is
+    thus our shaping against the kernel's own netem, not the emulator's clock. The bound
+    is fixed in advance and returned with the result; nothing is retried."""
+    tolerance = VM_TOLERANCE_MS if emulated else METAL_TOLERANCE_MS
+    bound = round(tolerance * directions, 3)
+    late = round(reference_rise_ms - configured_ms, 3)
+    if emulated and not -bound <= late <= VM_MAX_OVERSHOOT_MS * directions:
+        raise Unjudgeable(f"reference netem of {configured_ms} ms over {directions} "
+                          f"direction(s) rose the RTT by {reference_rise_ms} ms: the emulated "
+                          f"kernel's timers are off by more than {VM_MAX_OVERSHOOT_MS} ms "
+                          f"per direction, nothing can be judged")
+    if not emulated and abs(late) > bound + 1e-9:
+        raise Unjudgeable(f"reference netem of {configured_ms} ms rose the RTT by "
+                          f"{reference_rise_ms} ms on a real kernel (bound {bound} ms)")
+    expected = round(configured_ms + late, 3) if emulated else configured_ms
+    return {"configured_ms": configured_ms, "directions": directions, "rise_ms": rise_ms,
+            "reference_rise_ms": reference_rise_ms, "expected_ms": expected,
+            "bound_ms": bound, "holds": abs(rise_ms - expected) <= bound + 1e-9}
+
+
+class ReferencePath:
+    """Two scratch namespaces of our own joined by a veth, each end shaped as our shaping
+    shapes a port (``parent`` root and class, netem as the class's leaf) but built here
+    with pyroute2, not by our shaping code. Removed on close."""
+
+    def __init__(self, parent: str) -> None:
+        if parent not in REFERENCE_PARENTS:
+            raise ValueError(f"no reference for netem under {parent!r}")
+        self.parent = parent
+        tag = uuid.uuid4().hex[:6]
+        self._ends = ((f"nncal-a-{tag}", f"nncal{tag}a", IPv4Interface("198.18.251.1/30")),
+                      (f"nncal-b-{tag}", f"nncal{tag}b", IPv4Interface("198.18.251.2/30")))
+        self._made: list[str] = []
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self) -> None:
+        for namespace, _, _ in self._ends:
+            self._made.append(namespace)
+            netlink.create_netns(namespace)
         with netlink.route() as ipr:
-            netlink.add_veth(ipr, ends[0][1], ends[1][1])
-            for namespace, ifname, _ in ends:
+            netlink.add_veth(ipr, self._ends[0][1], self._ends[1][1])
+            for namespace, ifname, _ in self._ends:
                 netlink.move(ipr, ifname, namespace)
-        for namespace, ifname, address in ends:
+        for namespace, ifname, address in self._ends:
             with netlink.route(namespace) as ipr:
                 netlink.configure(ipr, ifname, address)
                 netlink.up(ipr, "lo")
-        peer = str(ends[1][2].ip)
-        ping(a, peer, count=5, interval=0.1)  # ARP before anything is timed
-        idle = ping(a, peer, count=count, interval=interval)
-        rises: dict[float, float] = {}
-        delayed: dict[float, PingResult] = {}
-        with netlink.route(a) as ipr:
-            index = netlink.index(ipr, ends[0][1])
-            ipr.tc("add", parent, index=index, handle="1:", default=0x10)
-            ipr.tc("add-class", parent, index=index, handle="1:10", parent="1:",
-                   **tcplan.class_params(parent, REFERENCE_CLASS_BPS))
-        for reference_ms in references:
-            with netlink.route(a) as ipr:
-                ipr.tc("replace", "netem", index=netlink.index(ipr, ends[0][1]),
-                       handle="10:", parent="1:10", delay=int(reference_ms * 1000))
-            delayed[reference_ms] = ping(a, peer, count=count, interval=interval)
-            rises[reference_ms] = round(delayed[reference_ms].median_ms - idle.median_ms, 3)
-        return rises, idle, delayed
-    finally:
-        for namespace, _, _ in ends:
+                index = netlink.index(ipr, ifname)
+                ipr.tc("add", self.parent, index=index, handle="1:", default=0x10)
+                ipr.tc("add-class", self.parent, index=index, handle="1:10", parent="1:",
+                       **tcplan.class_params(self.parent, REFERENCE_CLASS_BPS))
+        self.set_delay(0.0)
+        ping(self._ends[0][0], self._peer, count=5, interval=0.1)  # ARP first
+
+    @property
+    def _peer(self) -> str:
+        return str(self._ends[1][2].ip)
+
+    def set_delay(self, one_way_ms: float, directions: int = 1) -> None:
+        """``one_way_ms`` on the first ``directions`` (1 or 2) directions, none on the
+        other."""
+        if directions not in (1, 2):
+            raise ValueError(f"directions must be 1 or 2, got {directions}")
+        for k, (namespace, ifname, _) in enumerate(self._ends):
+            delay_us = int(one_way_ms * 1000) if k < directions else 0
+            with netlink.route(namespace) as ipr:
+                ipr.tc("replace", "netem", index=netlink.index(ipr, ifname), handle="10:",
+                       parent="1:10", delay=delay_us)
+
+    def ping(self) -> PingResult:
+        count, interval = REFERENCE_PINGS
+        return ping(self._ends[0][0], self._peer, count=count, interval=interval)
+
+    def close(self) -> None:
+        for namespace in self._made:
             netlink.remove_netns(namespace)
+        self._made.clear()
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The judged path's and the reference's idle pings, taken together."""
+    probe: PingResult
+    reference: PingResult
+
+
+class DelayJudge:
+    """Judges delays on a path by running a reference beside every measurement.
+
+    Session 5 calibrated once per run and judged later measurements against it; in CI a
+    calibration taken while the host was busier came out 0.5 ms later than the path it
+    then judged, a minute later. Here the reference's idle pings run at the same time as
+    the judged path's idle pings, and its delayed pings (same one-way delay, same number
+    of delayed directions) at the same time as the judged path's delayed pings, so both
+    see the same moment of the emulator's clock. Every verdict says what the reference
+    showed."""
+
+    def __init__(self, emulated: bool, reference: ReferencePath) -> None:
+        self.emulated = emulated
+        self.reference = reference
+
+    def _beside(self, probe: Probe) -> tuple[PingResult, PingResult]:
+        with ThreadPoolExecutor(2) as pool:
+            mine = pool.submit(probe)
+            theirs = pool.submit(self.reference.ping)
+            return mine.result(), theirs.result()
+
+    def baseline(self, probe: Probe) -> Baseline:
+        """Idle RTTs of the judged path (``probe``, with no delay configured on it) and of
+        the reference, measured together."""
+        self.reference.set_delay(0.0)
+        return Baseline(*self._beside(probe))
+
+    def verdict(self, configured_ms: float, probe: Probe, baseline: Baseline,
+                directions: int = 1) -> dict:
+        """``configured_ms`` is the RTT's whole configured delay, spread evenly over
+        ``directions`` delayed directions; ``probe`` measures the judged path with it in
+        place. Raises Unjudgeable when the reference shows the kernel cannot be judged."""
+        self.reference.set_delay(configured_ms / directions, directions)
+        mine, theirs = self._beside(probe)
+        rise = round(mine.median_ms - baseline.probe.median_ms, 3)
+        reference_rise = round(theirs.median_ms - baseline.reference.median_ms, 3)
+        return {**judge_rise(self.emulated, configured_ms, rise, reference_rise, directions),
+                "parent": self.reference.parent, "probe": mine.summary(),
+                "reference": theirs.summary()}

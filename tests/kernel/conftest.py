@@ -1,17 +1,18 @@
-"""Kernel tests share one results file and one delay calibration per parent qdisc per run.
+"""Kernel tests share one results file and one delay judge per parent qdisc per run.
 
-The calibration measures how late netem fires on *this* kernel in *this* run (netem delays
-of 1, 5, 10, 20 and 50 ms under an htb or hfsc class, as our shaping uses it, on one
-direction between two scratch namespaces) and turns
-it into the judge every delay assertion uses (linkemu.measure.DelayJudge): exact to 0.2 ms
-per delayed direction on a real kernel; in the software-emulated VM, the lateness measured
-at that delay (interpolated between references) within 0.5 ms per delayed direction. The
-calibration and every verdict go to the results file.
+Every delay assertion is judged by linkemu.measure.DelayJudge: a reference netem (under an
+htb or hfsc class, as our shaping uses it, between two scratch namespaces built with
+pyroute2) runs beside each measurement, its idle pings beside the judged path's idle
+pings and its delayed pings, at the same one-way delay on as many directions, beside the
+judged path's delayed pings. Exact to 0.2 ms per delayed direction on a real kernel; in
+the software-emulated VM, the reference's rise at that moment within 0.5 ms per delayed
+direction. Every verdict, with what the reference showed, goes to the results file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
 from recording import record
@@ -22,25 +23,20 @@ from nestednet.capabilities.vm import in_full_kernel_vm
 
 
 @pytest.fixture(scope="session")
-def delay_judge() -> Callable[[str], measure.DelayJudge]:
-    """``delay_judge(parent)``: the judge for netem under an htb or hfsc class, calibrated
-    on first use in this run (each parent adds lateness of its own in the VM)."""
+def delay_judge() -> Iterator[Callable[[str], measure.DelayJudge]]:
+    """``delay_judge(parent)``: the judge for netem under an htb or hfsc class; its
+    reference path is made on first use and removed at the end of the run."""
     if not available_qdiscs()["netem"]:
         pytest.skip("needs sch_netem: run in the full-kernel VM (scripts/kernel-vm)")
     emulated = in_full_kernel_vm()
     judges: dict[str, measure.DelayJudge] = {}
+    with ExitStack() as stack:
+        def judge(parent: str) -> measure.DelayJudge:
+            if parent not in judges:
+                reference = measure.ReferencePath(parent)
+                stack.callback(reference.close)
+                judges[parent] = measure.DelayJudge(emulated, reference)
+                record("judge", parent=parent, emulated=emulated)
+            return judges[parent]
 
-    def judge(parent: str) -> measure.DelayJudge:
-        if parent not in judges:
-            rises, idle, delayed = measure.reference_rises(parent)
-            record("calibration", emulated=emulated, parent=parent, rises_ms=rises,
-                   idle=idle.summary(),
-                   delayed={str(d): pings.summary() for d, pings in delayed.items()})
-            try:
-                judges[parent] = measure.judge_for(emulated, rises)
-            except ValueError as exc:
-                pytest.fail(f"netem calibration under {parent}: {exc}")
-            record("judge", parent=parent, **judges[parent].as_dict())
-        return judges[parent]
-
-    return judge
+        yield judge

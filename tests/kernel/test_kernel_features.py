@@ -56,10 +56,11 @@ def test_host_or_vm_has_the_qdiscs():
 
 def test_netem_under_hfsc_delays_ping(veth_pair, delay_judge):
     """netem as the leaf of an HFSC class delays every packet by its delay: the median
-    RTT rises by the configured delay, judged by the run's calibration."""
+    RTT rises by the configured delay, judged against a reference netem beside it."""
     a, _b, ifname = veth_pair
     _pings(a)  # ARP first
-    idle = _pings(a)
+    judge = delay_judge("hfsc")
+    idle = judge.baseline(lambda: _pings(a))
     with NetNS(a) as ns:
         idx = ns.link_lookup(ifname=ifname)[0]
         ns.tc("add", "hfsc", index=idx, handle="1:", default=0x10)
@@ -68,8 +69,8 @@ def test_netem_under_hfsc_delays_ping(veth_pair, delay_judge):
         ns.tc("add", "netem", index=idx, handle="10:", parent="1:10", delay=DELAY_MS * 1000)
         kinds = {q.get_attr("TCA_KIND") for q in ns.get_qdiscs(index=idx)}
     assert {"hfsc", "netem"} <= kinds
-    shaped = _pings(a)
-    assert shaped.min_ms >= DELAY_MS, f"fastest shaped ping {shaped.min_ms} ms < {DELAY_MS} ms"
-    verdict = delay_judge("hfsc").verdict(DELAY_MS, round(shaped.median_ms - idle.median_ms, 3))
+    verdict = judge.verdict(DELAY_MS, lambda: _pings(a), idle)
     record("hfsc_netem", verdict=verdict)
+    fastest = verdict["probe"]["min_ms"]
+    assert fastest >= DELAY_MS, f"fastest shaped ping {fastest} ms < {DELAY_MS} ms"
     assert verdict["holds"], verdict

@@ -9,7 +9,7 @@ is exactly the lab's: LabShaper on those host ports, with a lab record of its ow
     scripts/kernel-vm .venv/bin/python -m pytest -m kernel -p no:cacheprovider \\
         tests/kernel/test_link_shaping_kernel.py
 
-Judged: a one-way delay of 1, 10 and 50 ms by the run's calibrated DelayJudge
+Judged: a one-way delay of 1, 10 and 50 ms by the DelayJudge, a reference beside each
 (conftest.py); loss 5 % -> 5 +/- 2 % over 1,000 pings; a scenario step that changes
 the delay is seen by the very next pings (within one 2 s step). Results are recorded.
 """
@@ -108,17 +108,16 @@ def _backward(props: LinkProperties):
 
 def test_delay_is_the_configured_one_way_delay(
         pair: Pair, delay_judge: Callable[[str], measure.DelayJudge]):
-    idle = pair.ping()
+    judge = delay_judge("htb")
+    idle = judge.baseline(pair.ping)
     pair.shaper.up([_forward(LinkProperties(rate_bps=100_000_000)),
                     _backward(LinkProperties(rate_bps=100_000_000))])
     verdicts = []
     for delay_ms in (1, 10, 50):
         pair.shaper.change([_forward(LinkProperties(rate_bps=100_000_000,
                                                     delay_us=delay_ms * 1000))])
-        shaped = pair.ping(count=60 if delay_ms == 50 else 100)
-        rise = round(shaped.median_ms - idle.median_ms, 3)
-        verdict = delay_judge("htb").verdict(delay_ms, rise)
-        record("link_shaping_delay", idle=idle.summary(), shaped=shaped.summary(), **verdict)
+        verdict = judge.verdict(delay_ms, pair.ping, idle)
+        record("link_shaping_delay", idle=idle.probe.summary(), **verdict)
         verdicts.append(verdict)
     kernel = pair.shaper.read([iphy_port(LAB, B)])[iphy_port(LAB, B)]
     assert kernel is not None and kernel["delay_us"] == 50_000

@@ -14,13 +14,14 @@ the test's own. Commands go through linkemu's CLI. Numbers are measured as the
 receiver sees them (linkemu.measure) and appended to results/linkemu-kernel.jsonl.
 
 Tolerances: goodput within 10 %, loss 10 +/- 3 % over 1000 pings; every RTT rise is
-judged by the run's delay calibration (tests/kernel/conftest.py): 0.2 ms per delayed
-direction on a real kernel, the measured netem lateness + 0.5 ms per delayed direction in
+judged against a reference netem measured beside it (tests/kernel/conftest.py): 0.2 ms per
+delayed direction on a real kernel, the reference's rise + 0.5 ms per delayed direction in
 the emulated VM. Each delay is measured once; the verdicts are recorded.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -91,11 +92,11 @@ def write_links(bed: dict, tmp_path: Path, c1: dict | None = None, c2: dict | No
     return path
 
 
-def rtt_rise(namespace: str, destination: str, base: measure.PingResult, *,
-             source: str | None = None) -> float:
-    """Median RTT rise over ``base``, from one run of 100 pings."""
-    rtt = measure.ping(namespace, destination, count=100, interval=0.02, source=source)
-    return round(rtt.median_ms - base.median_ms, 3)
+def rtt_probe(namespace: str, destination: str, *,
+              source: str | None = None) -> measure.Probe:
+    """100 pings at 20 ms, as the delay judge's reference runs beside them."""
+    return functools.partial(measure.ping, namespace, destination, count=100, interval=0.02,
+                             source=source)
 
 
 def stable_state() -> dict:
@@ -124,12 +125,14 @@ def test_rate_gives_tcp_goodput_within_ten_percent(bed, tmp_path, mbit):
 @pytest.mark.parametrize("shaper", ["htb", "hfsc"])
 def test_delay_raises_rtt_by_the_configured_amount(bed, tmp_path, shaper, delay_judge):
     ok("apply", "--shaper", shaper, str(write_links(bed, tmp_path, c1={}, c2={})))
-    base = measure.ping(C1, SERVER, count=100, interval=0.02)
+    judge = delay_judge(shaper)
+    probe = rtt_probe(C1, SERVER)
+    base = judge.baseline(probe)
     verdicts = []
     for delay_ms in (5, 20, 50):
         ok("set", "R1-C1", "forward", "--delay", f"{delay_ms}ms")
-        verdicts.append(delay_judge(shaper).verdict(delay_ms, rtt_rise(C1, SERVER, base)))
-    record("delay", shaper=shaper, base=base.summary(), verdicts=verdicts)
+        verdicts.append(judge.verdict(delay_ms, probe, base))
+    record("delay", shaper=shaper, base=base.probe.summary(), verdicts=verdicts)
     assert all(v["holds"] for v in verdicts), (shaper, verdicts)
 
 
@@ -272,18 +275,17 @@ def test_thesis_example_applies_as_written_and_shapes(bed, delay_judge):
     # installs no host flow, so every packet to it would go through the controller.
     # Slow pings first, so each new host has its flow before anything is timed.
     warm_up_thesis_hosts()
-    base = measure.ping(LAYOUT.edge_ns, "198.19.0.10", count=100, interval=0.02,
-                        source="198.18.0.11")
+    judge = delay_judge(shaping.DEFAULT_SHAPER)
+    base = judge.baseline(rtt_probe(LAYOUT.edge_ns, "198.19.0.10", source="198.18.0.11"))
     ok("apply", str(THESIS_FILE))
     warm_up_thesis_hosts()  # the router's flows were replaced
     state = shaping.show()
     assert len(state["links"]) == 6 and all(r["in_sync"] for r in state["links"])
     assert state["emulator"]["bridge"] == "le-br"
-    # Both directions are delayed here: two netem queues, each judged by the calibration.
-    judge = delay_judge(shaping.DEFAULT_SHAPER)
-    verdicts = {n: judge.verdict(expected_ms, rtt_rise(LAYOUT.edge_ns, "198.19.0.10",
-                                                       base, source=f"198.18.0.{n}"),
-                                 directions=2)
+    # Both directions are delayed here: two netem queues, and so in the reference.
+    verdicts = {n: judge.verdict(expected_ms, rtt_probe(LAYOUT.edge_ns, "198.19.0.10",
+                                                        source=f"198.18.0.{n}"),
+                                 base, directions=2)
                 for n, expected_ms in ((11, 22), (12, 10), (13, 60))}
     record("thesis_example", verdicts=verdicts)
     assert all(v["holds"] for v in verdicts.values()), verdicts
@@ -301,11 +303,13 @@ def test_an_emulator_inside_a_namespace(bed, tmp_path, delay_judge):
     path.write_text(json.dumps(doc))
     ok("apply", str(write_links(bed, tmp_path)))  # the router's routes back (thesis test)
     ok("clear")
-    base = measure.ping(C1, SERVER, count=100, interval=0.02)
+    judge = delay_judge(shaping.DEFAULT_SHAPER)
+    probe = rtt_probe(C1, SERVER)
+    base = judge.baseline(probe)
     before = tc.snapshot(LAYOUT.edge_ns, ["c1", "trunk"])
     ok("apply", str(path))
     assert all(r["in_sync"] for r in shaping.show()["links"])
-    verdict = delay_judge(shaping.DEFAULT_SHAPER).verdict(10.0, rtt_rise(C1, SERVER, base))
+    verdict = judge.verdict(10.0, probe, base)
     record("netns_emulator", verdict=verdict)
     assert verdict["holds"], verdict
     assert sorted(json.loads(ok("clear", "--json").output)["cleared_ports"]) == ["c1", "trunk"]

@@ -164,24 +164,23 @@ def _link_ping(lab: str) -> measure.PingResult:
 def test_rate_and_delay_on_an_inter_node_link(
         lab: str, delay_judge: Callable[[str], measure.DelayJudge]):
     """`link add --rate --delay`: the RTT rises by twice the one-way delay (both ports of
-    the link are shaped), judged by the run's calibration; TCP goodput is at most the rate
-    and near it."""
+    the link are shaped), judged against a reference beside it; TCP goodput is at most the
+    rate and near it."""
     if "--rate" not in CliRunner().invoke(nestednet_main, ["link", "add", "--help"]).output:
         pytest.skip("`link add --rate/--delay` is not on this branch yet (link shaping)")
     assert nn("link", "add", "--lab", lab, "n1:iphy1", "n2:iphy1").returncode == 0
+    judge = delay_judge("htb")
     try:
         _link_ping(lab)  # ARP and flow set-up before anything is timed
-        idle = _link_ping(lab)
+        idle = judge.baseline(lambda: _link_ping(lab))
     finally:
         assert nn("link", "del", "--lab", lab, "n1:iphy1", "n2:iphy1").returncode == 0
     added = nn("link", "add", "--lab", lab, "n1:iphy1", "n2:iphy1",
                "--rate", f"{RATE_MBIT}Mbit", "--delay", f"{DELAY_MS}ms")
     assert added.returncode == 0, added.stderr
     try:
-        shaped = _link_ping(lab)
         # --delay is one-way, in each direction: the RTT carries it twice
-        verdict = delay_judge("htb").verdict(2 * DELAY_MS,
-                                      round(shaped.median_ms - idle.median_ms, 3), directions=2)
+        verdict = judge.verdict(2 * DELAY_MS, lambda: _link_ping(lab), idle, directions=2)
         assert run_in(lab, "n2", "iphy1", "iperf3", "-s", "-D", "-1").returncode == 0
         for _ in range(20):
             tcp = run_in(lab, "n1", "iphy1", "iperf3", "-c", N2_IPHY1, "-t", "4", "-J")
@@ -190,7 +189,7 @@ def test_rate_and_delay_on_an_inter_node_link(
             time.sleep(0.5)
         assert tcp.returncode == 0, tcp.stdout[-500:] + tcp.stderr
         goodput = json.loads(tcp.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
-        record("lab_link_shaping", lab=lab, idle=idle.summary(), shaped=shaped.summary(),
+        record("lab_link_shaping", lab=lab, idle=idle.probe.summary(),
                rate_mbit=RATE_MBIT, goodput_mbit=round(goodput, 2), **verdict)
         assert verdict["holds"], verdict
         assert 0.7 * RATE_MBIT <= goodput <= 1.02 * RATE_MBIT, goodput
