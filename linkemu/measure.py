@@ -16,7 +16,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
@@ -219,7 +218,7 @@ def warm_up(namespaces: Sequence[str], destination: str) -> None:
         ping(namespace, destination, count=5, interval=0.2)
 
 
-# --- judging delays: against reference netem measured beside them, at the same moment ---
+# --- judging delays: against reference netem measured right before and after them ---
 
 METAL_TOLERANCE_MS = 0.2
 """Per delayed direction, on a real kernel: netem's timers are exact to well under this."""
@@ -235,8 +234,8 @@ lateness of its own (one run: +0.2-0.3 ms through HTB, +0.5 through HFSC, over p
 netem), so the reference is built under the parent the judged shaping uses."""
 REFERENCE_CLASS_BPS = 10**9
 """The reference class's rate: far above what a ping needs, so it never queues."""
-REFERENCE_PINGS = (100, 0.02)
-"""The reference's pings (count, interval): 2 s, about as long as every judged probe."""
+REFERENCE_PINGS = (50, 0.02)
+"""The reference's pings (count, interval) on each side of a judged probe: 2 x 1 s."""
 
 Probe = Callable[[], PingResult]
 """One measurement of the judged path's RTT (a ping run), repeatable."""
@@ -346,31 +345,36 @@ class Baseline:
 
 
 class DelayJudge:
-    """Judges delays on a path by running a reference beside every measurement.
+    """Judges delays on a path by measuring a reference right before and right after
+    every measurement.
 
     Session 5 calibrated once per run and judged later measurements against it; in CI a
     calibration taken while the host was busier came out 0.5 ms later than the path it
-    then judged, a minute later. Here the reference's idle pings run at the same time as
-    the judged path's idle pings, and its delayed pings (same one-way delay, same number
-    of delayed directions) at the same time as the judged path's delayed pings, so both
-    see the same moment of the emulator's clock. Every verdict says what the reference
+    judged a minute later. Here the reference's idle pings bracket the judged path's idle
+    pings, and its delayed pings (same one-way delay, same number of delayed directions)
+    bracket the judged path's delayed pings: within a few seconds of the emulator's
+    clock, with the two halves' pings taken together. Not at the same time: run at once,
+    the two ping streams contend for the VM's two emulated CPUs and the judged path,
+    with more work per packet, suffers more (one run: 1.1 ms later than its reference at
+    10 ms, while the same test passes run alone). Every verdict says what the reference
     showed."""
 
     def __init__(self, emulated: bool, reference: ReferencePath) -> None:
         self.emulated = emulated
         self.reference = reference
 
-    def _beside(self, probe: Probe) -> tuple[PingResult, PingResult]:
-        with ThreadPoolExecutor(2) as pool:
-            mine = pool.submit(probe)
-            theirs = pool.submit(self.reference.ping)
-            return mine.result(), theirs.result()
+    def _bracketed(self, probe: Probe) -> tuple[PingResult, PingResult]:
+        before = self.reference.ping()
+        mine = probe()
+        after = self.reference.ping()
+        return mine, PingResult(before.sent + after.sent, before.received + after.received,
+                                before.rtts_ms + after.rtts_ms)
 
     def baseline(self, probe: Probe) -> Baseline:
         """Idle RTTs of the judged path (``probe``, with no delay configured on it) and of
-        the reference, measured together."""
+        the reference around it."""
         self.reference.set_delay(0.0)
-        return Baseline(*self._beside(probe))
+        return Baseline(*self._bracketed(probe))
 
     def verdict(self, configured_ms: float, probe: Probe, baseline: Baseline,
                 directions: int = 1) -> dict:
@@ -378,7 +382,7 @@ class DelayJudge:
         ``directions`` delayed directions; ``probe`` measures the judged path with it in
         place. Raises Unjudgeable when the reference shows the kernel cannot be judged."""
         self.reference.set_delay(configured_ms / directions, directions)
-        mine, theirs = self._beside(probe)
+        mine, theirs = self._bracketed(probe)
         rise = round(mine.median_ms - baseline.probe.median_ms, 3)
         reference_rise = round(theirs.median_ms - baseline.reference.median_ms, 3)
         return {**judge_rise(self.emulated, configured_ms, rise, reference_rise, directions),

@@ -2,11 +2,11 @@
 
 Every delay assertion is judged by linkemu.measure.DelayJudge: a reference netem (under an
 htb or hfsc class, as our shaping uses it, between two scratch namespaces built with
-pyroute2) runs beside each measurement, its idle pings beside the judged path's idle
-pings and its delayed pings, at the same one-way delay on as many directions, beside the
+pyroute2) is measured right before and right after each measurement, idle around the
+judged path's idle pings and, at the same one-way delay on as many directions, around the
 judged path's delayed pings. Exact to 0.2 ms per delayed direction on a real kernel; in
-the software-emulated VM, the reference's rise at that moment within 0.5 ms per delayed
-direction. Every verdict, with what the reference showed, goes to the results file.
+the software-emulated VM, the reference's rise within 0.5 ms per delayed direction. Every
+verdict, with what the reference showed, goes to the results file.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def test_host_or_vm_has_the_qdiscs():
 
 def test_netem_under_hfsc_delays_ping(veth_pair, delay_judge):
     """netem as the leaf of an HFSC class delays every packet by its delay: the median
-    RTT rises by the configured delay, judged against a reference netem beside it."""
+    RTT rises by the configured delay, judged against a reference netem around it."""
     a, _b, ifname = veth_pair
     _pings(a)  # ARP first
     judge = delay_judge("hfsc")

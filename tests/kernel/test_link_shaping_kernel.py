@@ -9,7 +9,7 @@ is exactly the lab's: LabShaper on those host ports, with a lab record of its ow
     scripts/kernel-vm .venv/bin/python -m pytest -m kernel -p no:cacheprovider \\
         tests/kernel/test_link_shaping_kernel.py
 
-Judged: a one-way delay of 1, 10 and 50 ms by the DelayJudge, a reference beside each
+Judged: a one-way delay of 1, 10 and 50 ms by the DelayJudge, a reference around each
 (conftest.py); loss 5 % -> 5 +/- 2 % over 1,000 pings; a scenario step that changes
 the delay is seen by the very next pings (within one 2 s step). Results are recorded.
 """

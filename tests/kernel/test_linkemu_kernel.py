@@ -14,7 +14,7 @@ the test's own. Commands go through linkemu's CLI. Numbers are measured as the
 receiver sees them (linkemu.measure) and appended to results/linkemu-kernel.jsonl.
 
 Tolerances: goodput within 10 %, loss 10 +/- 3 % over 1000 pings; every RTT rise is
-judged against a reference netem measured beside it (tests/kernel/conftest.py): 0.2 ms per
+judged against a reference netem measured around it (tests/kernel/conftest.py): 0.2 ms per
 delayed direction on a real kernel, the reference's rise + 0.5 ms per delayed direction in
 the emulated VM. Each delay is measured once; the verdicts are recorded.
 """
@@ -94,7 +94,7 @@ def write_links(bed: dict, tmp_path: Path, c1: dict | None = None, c2: dict | No
 
 def rtt_probe(namespace: str, destination: str, *,
               source: str | None = None) -> measure.Probe:
-    """100 pings at 20 ms, as the delay judge's reference runs beside them."""
+    """100 pings at 20 ms, as many as the delay judge's reference takes around them."""
     return functools.partial(measure.ping, namespace, destination, count=100, interval=0.02,
                              source=source)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from linkemu import measure
@@ -117,7 +115,7 @@ class FakeReference:
 
 
 @pytest.mark.unit
-def test_the_reference_is_set_to_the_same_delay_and_pinged_beside_the_probe():
+def test_the_reference_is_set_to_the_same_delay_and_brackets_the_probe():
     log: list = []
     reference = FakeReference(log, {0.0: 0.5, 22.0: 23.5})
     judge = measure.DelayJudge(True, reference)  # type: ignore[arg-type]
@@ -129,29 +127,29 @@ def test_the_reference_is_set_to_the_same_delay_and_pinged_beside_the_probe():
 
     base = judge.baseline(probe)
     assert (base.probe.median_ms, base.reference.median_ms) == (0.6, 0.5)
+    assert base.reference.sent == 6  # before and after, taken together
     path_rtt["now"] = 23.7
     verdict = judge.verdict(22, probe, base, directions=2)
-    assert log[-3] == ("set", 11.0, 2)  # 11 ms one way on both directions
-    assert {log[-2][0], log[-1][0]} == {"probe", "reference ping"}
+    assert log[-4:] == [("set", 11.0, 2), ("reference ping", (11.0, 2)), ("probe", 23.7),
+                        ("reference ping", (11.0, 2))]  # 11 ms one way, both directions
     assert verdict["rise_ms"] == 23.1 and verdict["reference_rise_ms"] == 23.0
     assert verdict["holds"] and verdict["parent"] == "htb"
     assert verdict["probe"]["median_ms"] == 23.7 and verdict["reference"]["median_ms"] == 23.5
 
 
 @pytest.mark.unit
-def test_probe_and_reference_really_run_at_the_same_time():
-    """Each waits for the other at a barrier: run one after the other, it breaks."""
-    barrier = threading.Barrier(2, timeout=5)
+def test_a_reference_that_drifts_during_the_probe_is_met_halfway():
+    """Before 5.5 ms, after 6.5 ms: the probe in between is judged against both halves'
+    pings taken together, not against whichever came first."""
+    halves = iter([(0.5,) * 4, (0.5,) * 4, (5.5,) * 4, (6.5,) * 4])
 
-    class Meeting(FakeReference):
+    class Drifting(FakeReference):
         def ping(self) -> measure.PingResult:
-            barrier.wait()
-            return super().ping()
+            rtts = next(halves)
+            return measure.PingResult(len(rtts), len(rtts), rtts)
 
-    def probe() -> measure.PingResult:
-        barrier.wait()
-        return measure.PingResult(1, 1, (5.6,))
-
-    judge = measure.DelayJudge(True, Meeting([], {0.0: 0.5, 5.0: 5.9}))  # type: ignore[arg-type]
-    base = measure.Baseline(measure.PingResult(1, 1, (0.5,)), measure.PingResult(1, 1, (0.5,)))
-    assert judge.verdict(5, probe, base)["holds"]
+    judge = measure.DelayJudge(True, Drifting([], {}))  # type: ignore[arg-type]
+    base = judge.baseline(lambda: measure.PingResult(1, 1, (0.6,)))
+    verdict = judge.verdict(5, lambda: measure.PingResult(1, 1, (6.3,)), base)
+    assert verdict["reference_rise_ms"] == 5.5 and verdict["rise_ms"] == 5.7
+    assert verdict["holds"]  # against the first half alone (5.0) it would not

@@ -164,7 +164,7 @@ def _link_ping(lab: str) -> measure.PingResult:
 def test_rate_and_delay_on_an_inter_node_link(
         lab: str, delay_judge: Callable[[str], measure.DelayJudge]):
     """`link add --rate --delay`: the RTT rises by twice the one-way delay (both ports of
-    the link are shaped), judged against a reference beside it; TCP goodput is at most the
+    the link are shaped), judged against a reference around it; TCP goodput is at most the
     rate and near it."""
     if "--rate" not in CliRunner().invoke(nestednet_main, ["link", "add", "--help"]).output:
         pytest.skip("`link add --rate/--delay` is not on this branch yet (link shaping)")
