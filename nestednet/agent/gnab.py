@@ -144,8 +144,8 @@ class AgentState:
             self.node = message["node"]
             self.node_id, self.control_ip = message["node_id"], message["control_ip"]
             if "iphys" in message:  # the scenario may give this node fewer iPHYs than it has
-                self.iphys_up = {name: self.iphys_up.get(name, False) or name in message["iphys"]
-                                 for name in self.iphys_up if name in message["iphys"]}
+                self.iphys_up = {name: up for name, up in self.iphys_up.items()
+                                 if name in message["iphys"]}
             self.links = {link["peer"]: (link["local_iphy"], link["peer_iphy"])
                           for link in message["links"]}
             self.pending.clear()
