@@ -9,6 +9,7 @@ import time
 import pytest
 
 from nestednet.agent import probe
+from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 
 pytestmark = pytest.mark.unit
@@ -99,3 +100,45 @@ def test_a_silent_address_is_down_after_the_timeout():
         assert time.monotonic() - started >= 0.19
     finally:
         icmp.close()
+
+
+class _Rounds:
+    """Stands in for the ICMP probe: each finish() hands out the next round's answers."""
+
+    def __init__(self, rounds: list[dict[str, bool]]) -> None:
+        self.rounds = iter(rounds)
+
+    def read(self) -> None:
+        pass
+
+    def finish(self) -> dict[str, bool]:
+        return next(self.rounds)
+
+
+def test_an_up_iphy_is_down_only_after_missing_three_polls_in_a_row():
+    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
+                              iphys={"iphy1": "x", "iphy2": "y"}, poll_interval=2))
+    yes, no = True, False
+    agent._probe = _Rounds([{"iphy1": yes, "iphy2": no},  # iphy2 never answered: down
+                            {"iphy1": no, "iphy2": no}, {"iphy1": no, "iphy2": no},
+                            {"iphy1": yes, "iphy2": no},  # two misses, then an answer
+                            {"iphy1": no, "iphy2": no}, {"iphy1": no, "iphy2": no},
+                            {"iphy1": no, "iphy2": no},  # three in a row: down
+                            {"iphy1": yes, "iphy2": yes}])  # one answer: up again
+    seen = []
+    for _ in range(8):
+        changed = agent.finish_poll()
+        seen.append((changed, dict(agent.state.iphys_up)))
+    assert [c for c, _ in seen] == [True, False, False, False, False, False, True, True]
+    assert [s["iphy1"] for _, s in seen] == [True, True, True, True, True, True, False, True]
+    assert [s["iphy2"] for _, s in seen] == [False] * 7 + [True]
+
+
+def test_the_poll_does_not_bring_back_an_iphy_the_cas_id_left_out():
+    agent = Agent(AgentConfig(node="a", ca_host="127.0.0.1", ca_port=1,
+                              iphys={"iphy1": "x", "iphy2": "y"}, poll_interval=2))
+    agent.handle({"type": p.ID, "node": "a", "node_id": 1, "control_ip": "10.0.0.2",
+                  "links": [], "iphys": ["iphy1"]})
+    agent._probe = _Rounds([{"iphy1": True, "iphy2": True}])
+    assert agent.finish_poll() is True
+    assert agent.state.iphys_up == {"iphy1": True}
