@@ -46,13 +46,13 @@ class _Log:
 
 log = _Log()
 
-# LINK_FAIL reasons after which this peer is not asked again until visibility changes.
 DOWN_AFTER_MISSES = 3
 """Polls in a row an up iPHY must miss before it counts as down (6 s at the 2 s poll). One
 late reply is not a dead iPHY: in an idle 120 x 4 lab here 1 of 160 single pings (4 nodes,
 10 polls) went unanswered within the poll's 1 s, more during a run; taken as down at once,
 the iPHY left its agent's inventory for a poll and the agent sent a HELLO each time."""
 
+# LINK_FAIL reasons after which this peer is not asked again until visibility changes.
 _PEER_REFUSED = {"link_exists", "no_free_iphy", "mutual_already_won", "not_visible",
                  "unknown_node", "same_node"}
 

@@ -360,7 +360,6 @@ def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:
     return out
 
 
-
 def _placeholders(kind: str) -> str:
     return "src, dst" if kind in (LINK_REQUEST, LINK_FAIL) else "a, b"
 
