@@ -248,7 +248,7 @@ class Unjudgeable(ValueError):
 def judge_rise(emulated: bool, configured_ms: float, rise_ms: float,
                reference_rise_ms: float, directions: int = 1) -> dict:
     """The verdict on one measured median RTT rise, from the rise the reference showed
-    for the same configured delay at the same moment.
+    for the same configured delay right before and after it.
 
     On a real kernel the rise must equal the configured delay within METAL_TOLERANCE_MS
     per delayed direction (and so must the reference's, or nothing is judged). In the
