@@ -21,9 +21,10 @@ this kernel does not let a namespace raise that default. Confirmed by enlarging 
 and 262,369 retransmits with the default, 315 and 395 with 4 MiB; 10.04 and 8.02 Gbit/s
 against 12.41 and 10.13.
 
-So a nested lab's port sockets get a larger receive buffer (PORT_RCVBUF_BYTES, set from
-outside: nestednet.adapters.packet_sockets): every port of each node's internal OVS,
-and in the host's OVS only the lab's own iPHY ports.
+So a lab's port sockets get a larger receive buffer (PORT_RCVBUF_BYTES, set from
+outside: nestednet.adapters.packet_sockets): every port of each nested node's internal
+OVS, and in the host's OVS only the lab's own ports (a nested lab's iPHY ports; a flat
+node's every port, on its own bridge and on the main bridge).
 
 The host's OVS belongs to the user: NestedNet reads its TSO setting and never changes it
 (scripts/setup sets it only when it starts OVS itself); of its sockets, only those of

@@ -9,9 +9,7 @@ switch ports). The lab-wide image template is made once, before the nodes.
 from __future__ import annotations
 
 import io
-import socket
 import tarfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,14 +18,14 @@ import docker.errors
 from pyroute2 import NetlinkError
 
 from nestednet import images
-from nestednet.adapters import docker_engine, netlink, packet_sockets
+from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import (
     PARENT_CAPSET_OPTIONS,
     PARENT_PRIVILEGED_OPTIONS,
     parent_security_mode,
 )
-from nestednet.datapath import PORT_RCVBUF_BYTES, VethOffloads, reads_ports_by_socket
+from nestednet.datapath import VethOffloads, reads_ports_by_socket
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import node_image, wiring
 from nestednet.lab.design import (
@@ -42,7 +40,7 @@ from nestednet.lab.design import (
 )
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import CONTAINER
-from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
+from nestednet.lab.wiring import LAB_ID, NodeHandles, enlarge_port_buffers, wire_component
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 from nestednet.routing import strategies
@@ -216,59 +214,6 @@ class NestedDesign(NodeDesign):
                            number, index, sidecar=_sidecar(inner, component) is not None)
         result["restarted"] = True
         return result
-
-
-HOST_VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
-
-
-def enlarge_port_buffers(parent_pid: int, node_ports: int, host_ports: list[str],
-                         timeout: float = 10.0) -> int:
-    """Give a node's port sockets PORT_RCVBUF_BYTES (nestednet.datapath says why): all of
-    its own switch's, and in the host's switch only those of this node's veths
-    ``host_ports`` (the host's OVS is the user's: its other ports stay as they are).
-    Returns how many sockets have it.
-
-    ovs-vswitchd opens a port's socket shortly after the port's OVSDB row is written, so
-    this waits (briefly) until all are there. A performance setting only: where the
-    kernel refuses (no pidfd_getfd, no ptrace right) the defaults stay, and the lab works
-    as before, with more retransmits."""
-    deadline = time.monotonic() + timeout
-    node_done = host_done = 0
-    while True:
-        try:
-            if node_done < node_ports and (pid := _node_vswitchd(parent_pid)) is not None:
-                node_done = packet_sockets.set_receive_buffers(pid, PORT_RCVBUF_BYTES)
-            if host_done < len(host_ports) and (pid := _host_vswitchd()) is not None:
-                host_done = packet_sockets.set_receive_buffers(
-                    pid, PORT_RCVBUF_BYTES, {socket.if_nametoindex(n) for n in host_ports})
-        except OSError:
-            break
-        if ((node_done >= node_ports and host_done >= len(host_ports))
-                or time.monotonic() > deadline):
-            break
-        time.sleep(0.05)
-    return node_done + host_done
-
-
-def _node_vswitchd(parent_pid: int) -> int | None:
-    """Host pid of the node's ovs-vswitchd: it detaches, so the parent's entrypoint (PID
-    1 of the parent's namespace) is its parent."""
-    with open(f"/proc/{parent_pid}/task/{parent_pid}/children") as f:
-        for pid in f.read().split():
-            try:
-                with open(f"/proc/{pid}/comm") as comm:
-                    if comm.read().strip() == "ovs-vswitchd":
-                        return int(pid)
-            except OSError:
-                continue
-    return None
-
-
-def _host_vswitchd() -> int | None:
-    try:
-        return int(HOST_VSWITCHD_PIDFILE.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _start_children(build: Build, inner: docker.DockerClient, node: int) -> dict[int, int]:

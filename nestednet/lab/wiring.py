@@ -16,11 +16,14 @@ because /proc/sys is read-only inside a container even with CAP_NET_ADMIN
 
 from __future__ import annotations
 
+import socket
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from nestednet.adapters import netlink
+from nestednet.adapters import netlink, packet_sockets
 from nestednet.adapters.ovsdb import Ovsdb
-from nestednet.datapath import VethOffloads
+from nestednet.datapath import PORT_RCVBUF_BYTES, VethOffloads
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.record import VETH, LabRecord
 from nestednet.model import topology as topo
@@ -145,3 +148,57 @@ def unwire_component(h: NodeHandles, component: int) -> None:
         for role in ("inter-host", "intra-parent", "control-host", "intra-child",
                      "inter-child", "control-child"):
             netlink.delete(host, topo.veth_name(h.lab, h.node, role, component))
+
+
+HOST_VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
+
+def enlarge_port_buffers(parent_pid: int, node_ports: int, host_ports: list[str],
+                         timeout: float = 10.0) -> int:
+    """Give a node's port sockets PORT_RCVBUF_BYTES (nestednet.datapath says why): all
+    ``node_ports`` of a nested node's own switch (none for a flat node, whose switch is
+    in the host's OVS), and in the host's switch only this node's veths ``host_ports``
+    (the host's OVS is the user's: its other ports stay as they are). Returns how many
+    sockets have it.
+
+    ovs-vswitchd opens a port's socket shortly after the port's OVSDB row is written, so
+    this waits (briefly) until all are there. A performance setting only: where the
+    kernel refuses (no pidfd_getfd, no ptrace right) the defaults stay, and the lab works
+    as before, with more retransmits."""
+    deadline = time.monotonic() + timeout
+    node_done = host_done = 0
+    while True:
+        try:
+            if node_done < node_ports and (pid := _node_vswitchd(parent_pid)) is not None:
+                node_done = packet_sockets.set_receive_buffers(pid, PORT_RCVBUF_BYTES)
+            if host_done < len(host_ports) and (pid := _host_vswitchd()) is not None:
+                host_done = packet_sockets.set_receive_buffers(
+                    pid, PORT_RCVBUF_BYTES, {socket.if_nametoindex(n) for n in host_ports})
+        except OSError:
+            break
+        if ((node_done >= node_ports and host_done >= len(host_ports))
+                or time.monotonic() > deadline):
+            break
+        time.sleep(0.05)
+    return node_done + host_done
+
+
+def _node_vswitchd(parent_pid: int) -> int | None:
+    """Host pid of the node's ovs-vswitchd: it detaches, so the parent's entrypoint (PID
+    1 of the parent's namespace) is its parent."""
+    with open(f"/proc/{parent_pid}/task/{parent_pid}/children") as f:
+        for pid in f.read().split():
+            try:
+                with open(f"/proc/{pid}/comm") as comm:
+                    if comm.read().strip() == "ovs-vswitchd":
+                        return int(pid)
+            except OSError:
+                continue
+    return None
+
+
+def _host_vswitchd() -> int | None:
+    try:
+        return int(HOST_VSWITCHD_PIDFILE.read_text().strip())
+    except (OSError, ValueError):
+        return None
