@@ -117,7 +117,8 @@ def _get(doc: Any, path: tuple) -> Any:
     return doc
 
 
-def _meets_contract(fmt: str, data: bytes, tmp: Path) -> None:
+def _meets_contract(fmt: str, data: bytes, tmp: Path) -> int:
+    """Runs the format's command on ``data``, checks the contract; the exit code."""
     path = tmp / "input.json"
     path.write_bytes(data)
     main, args = COMMAND[fmt]
@@ -135,6 +136,7 @@ def _meets_contract(fmt: str, data: bytes, tmp: Path) -> None:
     assert took < TIME_BOUND_S, f"{took:.2f} s"
     counts = tally.setdefault(fmt, {})
     counts[result.exit_code] = counts.get(result.exit_code, 0) + 1
+    return result.exit_code
 
 
 @pytest.mark.parametrize("fmt", sorted(SEEDS))
@@ -237,7 +239,4 @@ def test_integers_beyond_float_range_are_refused_in_every_field(fmt, huge, tmp_p
     assert len(leaves) >= 5, f"{fmt}: the seed has {len(leaves)} fields"
     for path in leaves:
         spoiled_doc = _replace(doc, path, huge)
-        _meets_contract(fmt, json.dumps(spoiled_doc).encode(), tmp_path)
-        main, args = COMMAND[fmt]
-        result = CliRunner().invoke(main, [*args, str(tmp_path / "input.json")])
-        assert result.exit_code == 2, (path, result.output[-400:])
+        assert _meets_contract(fmt, json.dumps(spoiled_doc).encode(), tmp_path) == 2, path
