@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
 from typing import TypeVar
 
@@ -202,6 +202,18 @@ def configure(ipr: IPRoute, ifname: str, address: IPv4Interface | None = None,
     if master is not None:
         ipr.link("set", index=idx, master=index(ipr, master))
     ipr.link("set", index=idx, state="up")
+
+
+NUD_PERMANENT = 0x80
+
+
+def add_neighbours(ipr: IPRoute, ifname: str,
+                   entries: list[tuple[IPv4Address, str]]) -> None:
+    """Permanent neighbour (ARP) entries on ``ifname``: (address, MAC) pairs, replacing
+    whatever the kernel had for those addresses."""
+    idx = index(ipr, ifname)
+    for address, mac in entries:
+        ipr.neigh("replace", dst=str(address), lladdr=mac, ifindex=idx, state=NUD_PERMANENT)
 
 
 def up(ipr: IPRoute, ifname: str) -> None:

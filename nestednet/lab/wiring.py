@@ -11,7 +11,9 @@ the host namespace that `cleanup` cannot find; deleting it removes its peer too.
 Wiring also makes a component ready to route (issue 17): the GNAB's loopback gets
 the node address, and the kernel settings a router needs are written from here,
 because /proc/sys is read-only inside a container even with CAP_NET_ADMIN
-(`component_sysctls`).
+(`component_sysctls`). Every component is told its node's other components' intra-node
+MACs as permanent neighbour entries (`AddressPlan.intra_neighbours` says why), so that
+net needs no ARP.
 """
 
 from __future__ import annotations
@@ -125,6 +127,8 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
         netlink.configure(child, "lo", h.plan.node_address(node) if component == 0 else None)
         netlink.configure(child, topo.CHILD_INTRA_IF, h.plan.intra_address(component),
                           mac=h.plan.mac_address(node, component, 1))
+        netlink.add_neighbours(child, topo.CHILD_INTRA_IF,
+                               h.plan.intra_neighbours(node, component))
         netlink.configure(child, topo.CHILD_CONTROL_IF if component == 0
                           else topo.CHILD_INTER_IF, outer_address,
                           mac=h.plan.mac_address(node, component, 2))

@@ -81,11 +81,27 @@ def lab():
     assert lab_traces(LAB) == []
 
 
+def permanent_neighbours(node: str, component: str) -> dict[str, str]:
+    """A component's permanent ARP entries on its intra-node interface: address -> MAC."""
+    shown = run_in(node, component, "ip", "-4", "neigh", "show", "nud", "permanent")
+    assert shown.returncode == 0, shown.stderr
+    return {f[0]: f[f.index("lladdr") + 1] for f in map(str.split, shown.stdout.splitlines())
+            if "lladdr" in f}
+
+
 @pytest.mark.system
 def test_iphy_reaches_gnab_inside_each_node(lab):
     assert pings("n1", "iphy1", "192.168.0.1")
     assert pings("n2", "iphy2", "192.168.0.1")
     assert pings("n1", "gnab", "192.168.0.12")
+
+
+@pytest.mark.system
+def test_intra_node_net_needs_no_arp(lab):
+    assert permanent_neighbours("n2", "gnab") == {"192.168.0.11": "02:4e:00:02:01:01",
+                                                  "192.168.0.12": "02:4e:00:02:02:01"}
+    assert permanent_neighbours("n1", "iphy2") == {"192.168.0.1": "02:4e:00:01:00:01",
+                                                   "192.168.0.11": "02:4e:00:01:01:01"}
 
 
 @pytest.mark.system
@@ -209,6 +225,8 @@ def test_swap_restarts_only_that_component_and_rewires_it(lab, tmp_path):
         assert _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}",
                       "iphy1").strip() == sibling_start
         assert pings("n2", "iphy2", "192.168.0.1")
+        assert permanent_neighbours("n2", "iphy2") == {"192.168.0.1": "02:4e:00:02:00:01",
+                                                       "192.168.0.11": "02:4e:00:02:01:01"}
         assert pings("n1", "iphy2", "192.168.2.4"), "the link must survive the restart"
     finally:
         nn("link", "del", "--lab", lab, "n1:iphy2", "n2:iphy2")

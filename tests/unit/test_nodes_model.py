@@ -83,6 +83,20 @@ def test_intra_plan():
 
 
 @pytest.mark.unit
+def test_intra_neighbours_name_every_other_component_by_its_intra_mac():
+    plan = AddressPlan.for_shape(topo.Shape(3, 2))
+    assert plan.intra_neighbours(2, 0) == [(IPv4Address("192.168.0.11"), "02:4e:00:02:01:01"),
+                                           (IPv4Address("192.168.0.12"), "02:4e:00:02:02:01")]
+    assert plan.intra_neighbours(2, 1) == [(IPv4Address("192.168.0.1"), "02:4e:00:02:00:01"),
+                                           (IPv4Address("192.168.0.12"), "02:4e:00:02:02:01")]
+    for component in range(3):
+        told = plan.intra_neighbours(3, component)
+        assert plan.intra_address(component).ip not in {ip for ip, _ in told}
+        assert {mac for _, mac in told} == {plan.mac_address(3, c, 1)
+                                            for c in range(3) if c != component}
+
+
+@pytest.mark.unit
 def test_inter_plan_default_and_unique():
     shape = topo.Shape(12, 4)
     plan = AddressPlan.for_shape(shape)
