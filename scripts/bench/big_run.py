@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""A large nested lab end to end, as a user runs it (issue #13's 120-node figures).
+
+Creates N x M nested nodes with `nestednet create --timings`, reads every node's
+memory, the machine's busy share in three 30 s windows while the lab sits idle, and
+every GNAB agent's own view of its iPHYs (its state file, read through the host's
+/proc: an iPHY its poll calls down is one it cannot use); then plays a generated
+scenario with `nestednet run --json` and reports the negotiation summary (request ->
+flows latency), the event counts, the agents' view again, and deletes the lab.
+Prints JSON. One run per call: repeat it for medians (the machine is shared).
+
+    .venv/bin/python scripts/bench/big_run.py [--nodes 120] [--iphys 4] [--lab big]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nestednet.adapters import netlink
+from nestednet.lab.nodes import Lab
+
+CLI = str(Path(sys.executable).parent / "nestednet")
+RUNS = Path("/var/lib/nestednet/runs")
+
+
+def nn(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, check=False)
+
+
+def busy_share(seconds: float) -> float:
+    """Percent of all cores busy over ``seconds`` (from /proc/stat)."""
+    def read() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+    busy0, total0 = read()
+    time.sleep(seconds)
+    busy1, total1 = read()
+    return round(100 * (busy1 - busy0) / (total1 - total0), 1)
+
+
+def agents_view(lab: Lab) -> dict:
+    """How many agents call some (or all) of their iPHYs down."""
+    some, none_up, down = [], 0, 0
+    for number in lab.shape.node_numbers():
+        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
+        with lab.inner(number) as inner:
+            gnab_pid = int(inner.containers.get("gnab").attrs["State"]["Pid"])
+        pid = netlink.host_pids(parent_pid, [gnab_pid])[gnab_pid]
+        try:
+            state = json.loads(Path(f"/proc/{pid}/root/run/nestednet/agent.json").read_text())
+        except OSError:
+            continue
+        gone = sorted(name for name, up in state["iphys"].items() if not up)
+        if gone:
+            some.append(f"n{number}: {','.join(gone)}")
+            down += len(gone)
+        none_up += not any(state["iphys"].values())
+    return {"agents_with_iphys_down": len(some), "iphys_down": down,
+            "agents_with_none_up": none_up, "examples": some[:8]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=120)
+    parser.add_argument("--iphys", type=int, default=4)
+    parser.add_argument("--lab", default="big")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    out: dict = {"nodes": args.nodes, "iphys": args.iphys,
+                 "load_before": Path("/proc/loadavg").read_text().split()[:3]}
+    scenario = f"/tmp/nestednet-big-{args.nodes}.json"
+    done = nn("visibility", "generate", "--nodes", str(args.nodes), "--seed", str(args.seed),
+              "-o", scenario)
+    if done.returncode:
+        sys.exit(done.stderr)
+    start = time.monotonic()
+    done = nn("create", "--lab", args.lab, "--nodes", str(args.nodes), "--iphys",
+              str(args.iphys), "--timings")
+    out["create_wall_s"] = round(time.monotonic() - start, 1)
+    if done.returncode:
+        sys.exit(done.stderr)
+    said = re.search(r"created in ([0-9.]+) s", done.stdout)
+    out["create_s"] = float(said.group(1)) if said else None
+    out["create_phases"] = done.stdout[done.stdout.find("phase"):].strip()
+    try:
+        lab = Lab.open(args.lab)
+        status = json.loads(nn("status", "--lab", args.lab, "--json").stdout)
+        memory = [n["memory_mb"] for n in status["nodes"] if n.get("memory_mb")]
+        out["memory_mb_per_node"] = {"median": statistics.median(memory),
+                                     "min": min(memory), "max": max(memory)}
+        out["idle_busy_percent"] = [busy_share(30) for _ in range(3)]
+        out["agents_idle"] = agents_view(lab)
+        before = set(RUNS.glob(f"{args.lab}-*")) if RUNS.exists() else set()
+        done = nn("run", scenario, "--lab", args.lab, "--json")
+        out["run_exit"] = done.returncode
+        if done.returncode == 0:
+            summary = json.loads(done.stdout)
+            out["negotiation"] = summary["negotiation"]
+        new = sorted(set(RUNS.glob(f"{args.lab}-*")) - before)
+        if new:
+            kinds = collections.Counter(json.loads(line).get("event")
+                                        for line in (new[-1] / "events.jsonl").open())
+            out["events"] = dict(kinds)
+        out["agents_after_run"] = agents_view(lab)
+    finally:
+        start = time.monotonic()
+        nn("delete", "--lab", args.lab)
+        out["delete_s"] = round(time.monotonic() - start, 1)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
