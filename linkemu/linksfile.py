@@ -237,7 +237,7 @@ def _thesis_routers(pairs: list[dict], at_pairs: str) -> list[_Router]:
     for i, pair in enumerate(pairs):
         at = f"{at_pairs}[{i}]"
         name = _router_name(pair["Routerid"])
-        count = pair["Clientcount"]
+        count = int(pair["Clientcount"])  # the schema's "integer" also admits 3.0
         for key in pair:
             match = re.fullmatch(r"Client_IP(\d+)", key)
             if match and int(match.group(1)) > count:
@@ -288,8 +288,9 @@ def _thesis_link(router: _Router, n: int, client_ip: IPv4Address,
 
 
 def _router_name(value: Any) -> str:
-    """Routerid 1 -> router R1; a name (schema-checked) stays itself."""
-    text = str(value).strip()
+    """Routerid 1 (or 1.0, which the schema's "integer" admits) -> router R1; a name
+    (schema-checked) stays itself."""
+    text = str(int(value) if isinstance(value, float) else value).strip()
     return f"R{text}" if text.isdigit() else text
 
 

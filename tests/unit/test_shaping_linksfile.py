@@ -61,6 +61,17 @@ def test_thesis_fig_4_6_as_printed():
 
 
 @pytest.mark.unit
+def test_integral_floats_where_the_schema_says_integer_read_as_integers():
+    """JSON Schema's "integer" admits 3.0; Clientcount 3.0 used to crash range() (exit 1,
+    found by the hostile-input fuzz), and Routerid 1.0 named a router "1.0"."""
+    doc = printed()
+    pair = doc["Linksimulation"]["Routerpairs"][0]
+    pair["Clientcount"], pair["Routerid"] = 3.0, 1.0
+    doc["Linksimulation"]["Linkproperties"][0]["Routerid"] = 1.0
+    assert linksfile.parse(doc) == linksfile.parse(printed())
+
+
+@pytest.mark.unit
 def test_printed_and_flattened_shapes_give_the_same_table():
     doc = printed()
     body = doc["Linksimulation"]
