@@ -222,11 +222,37 @@ def delete(ipr: IPRoute, ifname: str) -> bool:
     return True
 
 
-def add_bridge(ipr: IPRoute, name: str, address: IPv4Interface) -> None:
-    """A Linux bridge with an address (used inside the lab's control namespace)."""
+def add_bridge(ipr: IPRoute, name: str, address: IPv4Interface | None = None) -> None:
+    """A Linux bridge, up, with an address when given (the lab's control bridges: the
+    CA's, inside the control namespace, and a bare one on every host of a multi-host lab)."""
     ipr.link("add", ifname=name, kind="bridge")
     configure(ipr, name, address)
     up(ipr, "lo")
+
+
+def add_vxlan(ipr: IPRoute, name: str, *, vni: int, local: str, remote: str, port: int,
+              underlay: str | None = None, mtu: int | None = None) -> None:
+    """A unicast VXLAN device (kernel driver) to ``remote``, left down. Its UDP socket is
+    opened in the namespace it is made in and stays there if the device is moved."""
+    spec: dict = {"ifname": name, "kind": "vxlan", "vxlan_id": vni, "vxlan_group": remote,
+                  "vxlan_local": local, "vxlan_port": port}
+    if underlay is not None:
+        spec["vxlan_link"] = index(ipr, underlay)
+    if mtu is not None:
+        spec["mtu"] = mtu
+    ipr.link("add", **spec)
+
+
+def source_address(ipr: IPRoute, destination: str) -> str:
+    """The address this namespace sends from to reach ``destination`` (`ip route get`)."""
+    try:
+        routes = ipr.route("get", dst=destination)
+    except NetlinkError as exc:
+        raise EnvironmentProblem(f"no route to {destination}: {exc}") from exc
+    source = routes[0].get_attr("RTA_PREFSRC") if routes else None
+    if not source:
+        raise EnvironmentProblem(f"no source address toward {destination}")
+    return source
 
 
 def create_netns(name: str) -> None:

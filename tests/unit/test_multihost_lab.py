@@ -153,11 +153,67 @@ def test_create_cli_refuses_bad_multihost_options_with_exit_2(tmp_path, args, wo
     assert words in result.output
 
 
-def test_run_refuses_a_multihost_lab_before_touching_it(tmp_path):
+def test_run_takes_a_multihost_lab_of_the_scenarios_shape(tmp_path):
     from nestednet.ca.session import check_fits
     from nestednet.lab.nodes import Lab
     from nestednet.model.scenario_file import load_scenario
 
-    lab = Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(4, 2), client=None)
-    with pytest.raises(UsageError, match="swarm lab: `run` cannot play scenarios"):
-        check_fits(load_scenario("scenarios/small-4x2.json"), lab)
+    scenario = load_scenario("scenarios/small-4x2.json")
+    assert designs.named("swarm").plays_scenarios
+    check_fits(scenario, Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(4, 2),
+                             client=None))
+    small = Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(3, 2), client=None)
+    with pytest.raises(UsageError, match="scenario needs 4 nodes x 2 iPHYs but lab mh has 3"):
+        check_fits(scenario, small)
+
+
+def test_hosts_installer_applies_each_batch_on_every_host_and_reports_each_hosts_time(
+        tmp_path, monkeypatch):
+    from nestednet.ca.assistant import LinkEnds
+    from nestednet.ca.flows import HostsInstaller
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(openflow, "apply", lambda target, lines: calls.append((target, lines)))
+    links = _links(tmp_path)
+    heard: list[tuple[str, int, dict[str, float]]] = []
+    names = {"a": 1, "b": 2, "c": 3}
+    installer = HostsInstaller(links, lambda node, iphy: E(names[node], int(iphy[-1])),
+                               lambda op, n, per_host: heard.append((op, n, per_host)))
+    cross, local = LinkEnds("a", "iphy1", "b", "iphy1"), LinkEnds("a", "iphy2", "c", "iphy2")
+    installer.install([cross, local])
+    assert sorted((t, len(lines)) for t, lines in calls) == [
+        ("unix:/run/hostA/mh-main.mgmt", 4), ("unix:/run/hostB/mh-main.mgmt", 2)]
+    assert [(op, n, sorted(hosts)) for op, n, hosts in heard] == [
+        ("add", 2, ["hostA", "hostB"])]
+    calls.clear()
+    installer.remove([local])
+    assert [(t, lines) for t, lines in calls] == [
+        ("unix:/run/hostA/mh-main.mgmt",
+         [openflow.delete_line(links.cookie(E(1, 2), E(3, 2)))])]
+    assert heard[-1][:2] == ("remove", 1) and list(heard[-1][2]) == ["hostA"]
+    installer.install([])
+    assert len(heard) == 2, "an empty batch touches no host and says nothing"
+
+
+def test_host_flows_events_say_each_hosts_time_and_the_spread():
+    from nestednet.model.events import (
+        HOST_FLOWS,
+        Event,
+        host_flows_fields,
+        host_flows_summary,
+        parse_event,
+    )
+
+    fields = host_flows_fields("add", 3, {"hostB": 0.0254, "hostA": 0.0211})
+    assert fields == {"op": "add", "links": 3, "hosts_ms": {"hostA": 21.1, "hostB": 25.4},
+                      "spread_ms": 4.3}
+    assert host_flows_fields("remove", 1, {"hostA": 0.01})["spread_ms"] == 0.0
+    line = Event(HOST_FLOWS, 1.0, extra=fields).to_dict()
+    assert parse_event(line, "events.jsonl line 1").extra["hosts_ms"] == fields["hosts_ms"]
+    events = [Event(HOST_FLOWS, 0.0, extra=host_flows_fields("add", 1, times))
+              for times in ({"a": 0.010, "b": 0.012}, {"a": 0.020, "b": 0.030}, {"a": 0.005})]
+    summary = host_flows_summary(events)
+    cross = summary["add"]["cross_host"]
+    assert cross["batches"] == 2 and summary["add"]["one_host"]["batches"] == 1
+    assert (cross["all_ms"]["p50"], cross["all_ms"]["max"]) == (12.0, 30.0)
+    assert (cross["spread_ms"]["p50"], cross["spread_ms"]["p90"]) == (2.0, 10.0)
