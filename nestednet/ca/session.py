@@ -187,8 +187,7 @@ def check_fits(scenario: Scenario, lab: Lab) -> None:
     design = designs.of(lab.meta)
     if not design.plays_scenarios:
         raise UsageError(f"lab {lab.record.lab} is a {design.kind} lab: `run` cannot play "
-                         "scenarios on it yet (its nodes have no GNAB)",
-                         hint="docs/multihost.md says what multi-host labs can do")
+                         "scenarios on it (its nodes have no GNAB)")
     needed_iphys = max(n.iphys for n in scenario.nodes)
     if len(scenario.nodes) > lab.shape.nodes or needed_iphys > lab.shape.iphys:
         raise UsageError(

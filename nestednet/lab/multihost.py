@@ -30,7 +30,7 @@ import docker.errors
 import docker.types
 
 from nestednet.adapters import netlink, openflow
-from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.adapters.ovsdb import LazyOvsdb, Ovsdb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.design import labels
 from nestednet.lab.links import COOKIE_MARK, LabLinks
@@ -39,7 +39,7 @@ from nestednet.lab.wiring import LAB_ID
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
 from nestednet.model.placement import Host, HostSet
-from nestednet.model.tunnels import VXLAN_PORT, ControlTunnel, DataPlane, Tunnel
+from nestednet.model.tunnels import VXLAN_PORT, ControlTunnel, DataPlane, Tunnel, control_mtu
 
 PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
 """All a Swarm service can carry (no --security-opt, --device, --privileged)."""
@@ -55,7 +55,7 @@ class HostHandle:
 
     name: str
     engine: docker.DockerClient
-    ovs: Ovsdb
+    ovs: Ovsdb | LazyOvsdb
     netns: str
     """Its network namespace: a /proc/PID/ns/net path."""
     pid: int
@@ -66,7 +66,12 @@ class HostHandle:
     state_there: str
     """One directory shared with the host: its path here, and on the host."""
 
+    def bridge_socket(self, bridge: str) -> Path:
+        """The bridge's OpenFlow management socket (there while the bridge exists)."""
+        return Path(self.ovs_rundir) / f"{bridge}.mgmt"
+
     def bridge_target(self, bridge: str) -> str:
+        """The bridge as an ovs-ofctl target."""
         return f"unix:{self.ovs_rundir}/{bridge}.mgmt"
 
 
@@ -141,7 +146,8 @@ def make_control_net(lab: str, tunnels: list[ControlTunnel],
             if record is not None:
                 record.add(VETH, tunnel.host_device, host.name)
             netlink.add_vxlan(ipr, tunnel.host_device, vni=tunnel.vni, local=tunnel.host_ip,
-                              remote=tunnel.ca_ip, port=VXLAN_PORT, underlay=underlay_dev)
+                              remote=tunnel.ca_ip, port=VXLAN_PORT, underlay=underlay_dev,
+                              mtu=control_mtu())
             netlink.configure(ipr, tunnel.host_device, master=ctl_bridge)
         with netlink.route() as here:
             if netlink.exists(here, tunnel.ca_device):
@@ -150,7 +156,7 @@ def make_control_net(lab: str, tunnels: list[ControlTunnel],
             if record is not None:
                 record.add(VETH, tunnel.ca_device)
             netlink.add_vxlan(here, tunnel.ca_device, vni=tunnel.vni, local=tunnel.ca_ip,
-                              remote=tunnel.host_ip, port=VXLAN_PORT)
+                              remote=tunnel.host_ip, port=VXLAN_PORT, mtu=control_mtu())
             netlink.move(here, tunnel.ca_device, ctl_netns)
         with netlink.route(ctl_netns) as ctl:
             netlink.configure(ctl, tunnel.ca_device, master=ctl_bridge)
@@ -212,7 +218,9 @@ def links(lab: str, hosts: Iterable[HostHandle]) -> set[int]:
     """Link cookies present on any host's main bridge."""
     found: set[int] = set()
     for host in hosts:
-        if host.ovs.bridge_exists(topo.main_bridge(lab)):
+        # The bridge's management socket, not OVSDB: `run` reads links on a thread that
+        # must finish (nestednet.adapters.ovsdb.LazyOvsdb says why).
+        if host.bridge_socket(topo.main_bridge(lab)).exists():
             found |= {c for c in openflow.cookies(host.bridge_target(topo.main_bridge(lab)))
                       if c >> 48 == COOKIE_MARK >> 48}
     return found
@@ -303,7 +311,7 @@ def connect(host: Host, here: docker.DockerClient) -> HostHandle:
     state = Path(shared[0])
     return HostHandle(host.name,
                       docker.DockerClient(base_url=f"unix://{state}/docker.sock", timeout=300),
-                      Ovsdb(f"unix:{state}/ovs/db.sock"), f"/proc/{pid}/ns/net", pid,
+                      LazyOvsdb(f"unix:{state}/ovs/db.sock"), f"/proc/{pid}/ns/net", pid,
                       str(state / "ovs"), state, HOST_STATE)
 
 

@@ -102,8 +102,7 @@ def test_host_links_write_one_bundle_per_host_a_link_touches(tmp_path, monkeypat
 
 def test_host_links_are_read_from_every_hosts_flow_table(tmp_path, monkeypatch):
     links = _links(tmp_path)
-    for handle in links.hosts.values():
-        handle.ovs = type("Ovs", (), {"bridge_exists": lambda self, name: True})()
+    monkeypatch.setattr(HostHandle, "bridge_socket", lambda self, bridge: tmp_path)
     cross, local = links.cookie(E(2, 2), E(3, 1)), links.cookie(E(1, 2), E(3, 2))
     tables = {"unix:/run/hostA/mh-main.mgmt": {cross, local, 0x1234},
               "unix:/run/hostB/mh-main.mgmt": {cross}}
