@@ -350,7 +350,8 @@ def host_flows_fields(op: str, links: int, per_host: Mapping[str, float]) -> dic
 def host_flows_summary(events: Iterable[Event]) -> dict[str, Any]:
     """Per op (add, remove): batches, and p50/p90/max of the last host's time (``all_ms``:
     the batch's flows in everywhere) and of the spread between hosts, over batches that
-    touched two hosts or more (``cross_host``) and those that touched one (``one_host``)."""
+    touched two hosts or more (``several_hosts``: a cross-host link, or same-host links
+    on different hosts decided together) and those that touched one (``one_host``)."""
     out: dict[str, Any] = {}
     for e in events:
         if e.event != HOST_FLOWS:
@@ -359,7 +360,7 @@ def host_flows_summary(events: Iterable[Event]) -> dict[str, Any]:
         if not hosts:
             continue
         group = out.setdefault(str(e.extra.get("op")), {}).setdefault(
-            "cross_host" if len(hosts) > 1 else "one_host", {"all_ms": [], "spread_ms": []})
+            "several_hosts" if len(hosts) > 1 else "one_host", {"all_ms": [], "spread_ms": []})
         group["all_ms"].append(max(hosts.values()))
         group["spread_ms"].append(float(e.extra.get("spread_ms", 0.0)))
     return {op: {kind: {"batches": len(values["all_ms"]),

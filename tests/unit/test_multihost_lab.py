@@ -212,7 +212,7 @@ def test_host_flows_events_say_each_hosts_time_and_the_spread():
     events = [Event(HOST_FLOWS, 0.0, extra=host_flows_fields("add", 1, times))
               for times in ({"a": 0.010, "b": 0.012}, {"a": 0.020, "b": 0.030}, {"a": 0.005})]
     summary = host_flows_summary(events)
-    cross = summary["add"]["cross_host"]
+    cross = summary["add"]["several_hosts"]
     assert cross["batches"] == 2 and summary["add"]["one_host"]["batches"] == 1
     assert (cross["all_ms"]["p50"], cross["all_ms"]["max"]) == (12.0, 30.0)
     assert (cross["spread_ms"]["p50"], cross["spread_ms"]["p90"]) == (2.0, 10.0)
