@@ -4,12 +4,15 @@ packets across (or not across) links, sent between the lab's own iPHYs."""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
 from nestednet.ca.session import CaSession
 from nestednet.lab.components import exec_in
 from nestednet.lab.nodes import Lab
-from nestednet.model.link_table import InterNodeLinks
+from nestednet.model.link_table import InterNodeLinks, Link
+from nestednet.model.scenario import Scenario
 
 
 def wait(cond, what: str, timeout: float = 30.0) -> None:
@@ -47,3 +50,29 @@ def check_table(table: InterNodeLinks, visible: frozenset, session: CaSession) -
     in_table = {frozenset((session.lab_node[lk.src], session.lab_node[lk.dst]))
                 for lk in table.links()}
     assert on_bridge == in_table
+
+
+def play_checked(lab: Lab, scenario: Scenario, events: Path
+                 ) -> tuple[CaSession, list[list[Link]]]:
+    """Play ``scenario`` step by step, each once settled: the table's invariants
+    (`check_table`), packets across every link, none across a link lost. Returns the
+    closed session and each step's links."""
+    per_step: list[list[Link]] = []
+    seen: list[Link] = []
+    with CaSession(scenario, lab, events) as session:
+        assert session.wait_for_hellos(120, threading.Event())
+        for index, step in enumerate(scenario.steps):
+            session.apply_step(index)
+            wait(session.settled, f"step {index} to settle")
+            time.sleep(0.3)
+            check_table(session.table, step.visible, session)
+            for link in session.table.links():
+                assert pings(lab, session, link.src, link.src_iphy, link.dst, link.dst_iphy), \
+                    f"no packets across {link} at step {index}"
+            for old in seen:
+                if old.pair not in step.visible:
+                    assert not pings(lab, session, old.src, old.src_iphy, old.dst,
+                                     old.dst_iphy), f"{old} still carries packets at step {index}"
+            seen = session.table.links()
+            per_step.append(seen)
+    return session, per_step

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import emulated_hosts
 import pytest
-from ca_checks import check_table, pings, wait
+from ca_checks import check_table, play_checked, wait
 
 from nestednet import images
 from nestednet.adapters import netlink, tc
@@ -322,27 +322,10 @@ def _ca_plays_across_hosts(tmp_path: Path) -> str:
     by hand: at every settled step Algorithm 1's invariants hold, the flows on both
     hosts are the table's links, every link carries packets and lost ones do not."""
     scenario = load_scenario(ROOT / "scenarios" / "small-4x2.json")
-    lab = Lab.open(LAB)
-    crossing = 0
-    seen: list = []
-    with CaSession(scenario, lab, tmp_path / "hand.jsonl") as session:
-        assert session.wait_for_hellos(120, threading.Event())
-        for index, step in enumerate(scenario.steps):
-            session.apply_step(index)
-            wait(session.settled, f"step {index} to settle")
-            time.sleep(0.3)
-            check_table(session.table, step.visible, session)
-            for link in session.table.links():
-                a, b = session.lab_node[link.src], session.lab_node[link.dst]
-                crossing += a % 2 != b % 2
-                assert pings(lab, session, link.src, link.src_iphy, link.dst, link.dst_iphy), \
-                    f"no packets across {link} at step {index}"
-            for old in seen:
-                if old.pair not in step.visible:
-                    assert not pings(lab, session, old.src, old.src_iphy, old.dst,
-                                     old.dst_iphy), f"{old} still carries packets at step {index}"
-            seen = session.table.links()
-        counts = dict(session.events.counts)
+    session, per_step = play_checked(Lab.open(LAB), scenario, tmp_path / "hand.jsonl")
+    crossing = sum(session.lab_node[lk.src] % 2 != session.lab_node[lk.dst] % 2
+                   for links in per_step for lk in links)
+    counts = dict(session.events.counts)
     assert crossing >= 3, "the scenario's links must cross hosts"
     assert counts["link_down"] >= 1 and counts[HOST_FLOWS] >= counts["link_up"] // 3
     assert session.links.links() == [], "the CA left flows behind on a host"
