@@ -1,11 +1,13 @@
-"""A multi-host lab's data plane and nodes, realised host by host (issue #16, partial).
+"""A multi-host lab's data plane, control net and nodes, realised host by host (issue #16).
 
 What the pure model (nestednet.model.placement, nestednet.model.tunnels) decided is made
-here: on every host the main bridge and one VXLAN port per peer host; node parents as
-Docker Swarm services pinned to their host (`node.hostname==HOST`), which run under
-Docker's default seccomp profile and so start their children through runc's
---no-new-keyring --no-pivot (images/dind/runc-no-keyring, docs/multihost.md); the iPHYs
-wired into their host's main bridge; links as flows on one or two hosts.
+here: on every host the main bridge and one VXLAN port per peer host; the control net
+(a Linux bridge per host, a VXLAN from each host to the CA's control namespace on this
+machine); node parents as Docker Swarm services pinned to their host
+(`node.hostname==HOST`), which run under Docker's default seccomp profile and so start
+their children through runc's --no-new-keyring --no-pivot (images/dind/runc-no-keyring,
+docs/multihost.md); links as flows on one or two hosts. Nodes are wired as nested ones
+are (nestednet.lab.wiring, with the host's namespace as their host side: swarm.py).
 
 A host is reached through a `HostHandle`: its engine, its OVSDB, its network namespace
 and its bridges' OpenFlow sockets as seen from the machine running this code. Today

@@ -5,6 +5,7 @@ namespace, and the CLI's refusals."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -166,32 +167,76 @@ def test_run_takes_a_multihost_lab_of_the_scenarios_shape(tmp_path):
         check_fits(scenario, small)
 
 
-def test_hosts_installer_applies_each_batch_on_every_host_and_reports_each_hosts_time(
+class FakeChannel:
+    """An OpenFlow session that answers each batch once read (a socket pair makes it
+    readable, so the installer's select sees it), refusing what ``refuse`` names."""
+
+    opened: ClassVar[list[FakeChannel]] = []
+
+    def __init__(self, bridge: str, rundir: str, timeout: float = 10.0) -> None:
+        import socket
+
+        self.target = f"{rundir}/{bridge}"
+        self.mine, self.theirs = socket.socketpair()
+        self.batches: list[dict] = []
+        self.pending: list = []
+        self.refuse = False
+        self.closed = False
+        FakeChannel.opened.append(self)
+
+    def fileno(self) -> int:
+        return self.mine.fileno()
+
+    def submit(self, done, *, add=(), delete=(), rules=()) -> None:
+        self.batches.append({"delete": list(delete), "rules": list(rules)})
+        self.pending.append(done)
+        self.theirs.send(b"x")
+
+    def read(self) -> None:
+        self.mine.recv(64)
+        self.pending.pop(0)(["type 1 code 2"] if self.refuse else [])
+
+    def close(self) -> None:
+        self.closed = True
+        self.mine.close()
+        self.theirs.close()
+
+
+def test_hosts_installer_sends_each_batch_to_every_host_it_touches_and_times_each(
         tmp_path, monkeypatch):
     from nestednet.ca.assistant import LinkEnds
     from nestednet.ca.flows import HostsInstaller
+    from nestednet.errors import EnvironmentProblem
 
-    calls: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(openflow, "apply", lambda target, lines: calls.append((target, lines)))
+    FakeChannel.opened = []
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
     links = _links(tmp_path)
     heard: list[tuple[str, int, dict[str, float]]] = []
     names = {"a": 1, "b": 2, "c": 3}
     installer = HostsInstaller(links, lambda node, iphy: E(names[node], int(iphy[-1])),
                                lambda op, n, per_host: heard.append((op, n, per_host)))
+    installer.open()
+    channels = {c.target: c for c in FakeChannel.opened}
+    host_a, host_b = channels["/run/hostA/mh-main"], channels["/run/hostB/mh-main"]
     cross, local = LinkEnds("a", "iphy1", "b", "iphy1"), LinkEnds("a", "iphy2", "c", "iphy2")
     installer.install([cross, local])
-    assert sorted((t, len(lines)) for t, lines in calls) == [
-        ("unix:/run/hostA/mh-main.mgmt", 4), ("unix:/run/hostB/mh-main.mgmt", 2)]
+    cookie = links.cookie(E(1, 1), E(2, 1))
+    tags = {(r[3], r[4]) for r in host_a.batches[0]["rules"] if r[0] == cookie}
+    assert len(host_a.batches[0]["rules"]) == 4 and len(host_b.batches[0]["rules"]) == 2
+    assert tags == {(None, links.dp.slots[E(2, 1)]), (links.dp.slots[E(1, 1)], None)}
     assert [(op, n, sorted(hosts)) for op, n, hosts in heard] == [
         ("add", 2, ["hostA", "hostB"])]
-    calls.clear()
     installer.remove([local])
-    assert [(t, lines) for t, lines in calls] == [
-        ("unix:/run/hostA/mh-main.mgmt",
-         [openflow.delete_line(links.cookie(E(1, 2), E(3, 2)))])]
+    assert host_a.batches[-1] == {"delete": [links.cookie(E(1, 2), E(3, 2))], "rules": []}
+    assert len(host_b.batches) == 1, "a same-host link touches one host only"
     assert heard[-1][:2] == ("remove", 1) and list(heard[-1][2]) == ["hostA"]
     installer.install([])
     assert len(heard) == 2, "an empty batch touches no host and says nothing"
+    host_b.refuse = True
+    with pytest.raises(EnvironmentProblem, match="host hostB refused flow changes"):
+        installer.install([cross])
+    installer.close()
+    assert host_a.closed and host_b.closed
 
 
 def test_host_flows_events_say_each_hosts_time_and_the_spread():
