@@ -25,6 +25,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from pyroute2 import NetlinkError
 
 from nestednet import images
 from nestednet.adapters import docker_engine, netlink
@@ -175,7 +176,12 @@ class SwarmDesign(NodeDesign):
                                   where=host.name, control_on_host=True,
                                   inter_mtu=inner_mtu(), control_mtu=control_mtu())
             for index, pid in children.items():
-                wire_component(handles, index, pids[pid])
+                try:
+                    wire_component(handles, index, pids[pid])
+                except NetlinkError as exc:
+                    raise EnvironmentProblem(
+                        f"wiring {topo.component_name(index)} of node n{node} on host "
+                        f"{host.name} failed: {exc}") from exc
 
     def close(self) -> None:
         # The archive stays (one per image id): the next create loads it without a save.
