@@ -161,8 +161,9 @@ def tx_checksum_off(ifname: str) -> None:
         tool.close()
 
 
-def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False) -> None:
-    """A veth pair a<->b in the host namespace.
+def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False,
+             netns: str | None = None) -> None:
+    """A veth pair a<->b in ``ipr``'s namespace: ``netns`` (None: the host namespace).
 
     TX checksum offload is switched off on both ends unless ``offloads``: a userspace
     OVS without TSO needs that for TCP to pass (nestednet.datapath.Datapath.veth_offloads).
@@ -175,8 +176,14 @@ def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False) -> None:
                                      "name exists already (not made by this lab)") from exc
         raise
     if not offloads:
-        tx_checksum_off(a)
-        tx_checksum_off(b)
+        def both_off() -> None:
+            tx_checksum_off(a)
+            tx_checksum_off(b)
+
+        if netns is None:
+            both_off()
+        else:  # the ethtool ioctls act in the calling thread's namespace
+            in_namespace(netns, both_off)
 
 
 def move(ipr: IPRoute, ifname: str, target: str | int, new_name: str | None = None) -> None:

@@ -106,15 +106,16 @@ def component_sysctls(component: int) -> dict[str, str]:
 
 
 def add_veth(host: netlink.IPRoute, record: LabRecord, name: str, peer: str, *,
-             offloads: bool, where: str = "host") -> None:
-    """Record ``name`` (on host ``where``), then make the pair: refused (nothing recorded)
-    when either name is taken, so a record never names an interface someone else made."""
+             offloads: bool, where: str = "host", netns: str | None = None) -> None:
+    """Record ``name`` (on host ``where``), then make the pair in ``host``'s namespace
+    ``netns``: refused (nothing recorded) when either name is taken, so a record never
+    names an interface someone else made."""
     for taken in (n for n in (name, peer) if netlink.exists(host, n)):
         raise EnvironmentProblem(f"cannot create veth {name}/{peer}: {taken} exists already"
                                  + ("" if where == "host" else f" on {where}"),
                                  hint="`nestednet cleanup` removes leftovers of crashed labs")
     record.add(VETH, name, where)
-    netlink.add_veth(host, name, peer, offloads=offloads)
+    netlink.add_veth(host, name, peer, offloads=offloads, netns=netns)
 
 
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
@@ -127,12 +128,13 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     intra_parent, intra_child = name("intra-parent"), name("intra-child")
     with netlink.route(h.host_netns) as host:
         add_veth(host, h.record, intra_parent, intra_child, offloads=h.offloads.nodes,
-                 where=h.where)
+                 where=h.where, netns=h.host_netns)
         netlink.move(host, intra_child, child_pid, topo.CHILD_INTRA_IF)
         netlink.move(host, intra_parent, h.parent_pid)
         if component == 0:
             outer, outer_child = name("control-host"), name("control-child")
-            add_veth(host, h.record, outer, outer_child, offloads=True, where=h.where)
+            add_veth(host, h.record, outer, outer_child, offloads=True, where=h.where,
+                     netns=h.host_netns)
             netlink.move(host, outer_child, child_pid, topo.CHILD_CONTROL_IF)
             if h.control_on_host:
                 netlink.configure(host, outer, master=topo.control_bridge(lab))
@@ -142,7 +144,7 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
         else:
             outer, outer_child = name("inter-host"), name("inter-child")
             add_veth(host, h.record, outer, outer_child, offloads=h.offloads.main,
-                     where=h.where)
+                     where=h.where, netns=h.host_netns)
             netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
             netlink.up(host, outer)
             outer_address, outer_mtu = h.plan.inter_address(node, component), h.inter_mtu
