@@ -161,8 +161,9 @@ def tx_checksum_off(ifname: str) -> None:
         tool.close()
 
 
-def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False) -> None:
-    """A veth pair a<->b in the host namespace.
+def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False,
+             netns: str | None = None) -> None:
+    """A veth pair a<->b in ``ipr``'s namespace: ``netns`` (None: the host namespace).
 
     TX checksum offload is switched off on both ends unless ``offloads``: a userspace
     OVS without TSO needs that for TCP to pass (nestednet.datapath.Datapath.veth_offloads).
@@ -175,8 +176,14 @@ def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False) -> None:
                                      "name exists already (not made by this lab)") from exc
         raise
     if not offloads:
-        tx_checksum_off(a)
-        tx_checksum_off(b)
+        def both_off() -> None:
+            tx_checksum_off(a)
+            tx_checksum_off(b)
+
+        if netns is None:
+            both_off()
+        else:  # the ethtool ioctls act in the calling thread's namespace
+            in_namespace(netns, both_off)
 
 
 def move(ipr: IPRoute, ifname: str, target: str | int, new_name: str | None = None) -> None:
@@ -234,11 +241,37 @@ def delete(ipr: IPRoute, ifname: str) -> bool:
     return True
 
 
-def add_bridge(ipr: IPRoute, name: str, address: IPv4Interface) -> None:
-    """A Linux bridge with an address (used inside the lab's control namespace)."""
+def add_bridge(ipr: IPRoute, name: str, address: IPv4Interface | None = None) -> None:
+    """A Linux bridge, up, with an address when given (the lab's control bridges: the
+    CA's, inside the control namespace, and a bare one on every host of a multi-host lab)."""
     ipr.link("add", ifname=name, kind="bridge")
     configure(ipr, name, address)
     up(ipr, "lo")
+
+
+def add_vxlan(ipr: IPRoute, name: str, *, vni: int, local: str, remote: str, port: int,
+              underlay: str | None = None, mtu: int | None = None) -> None:
+    """A unicast VXLAN device (kernel driver) to ``remote``, left down. Its UDP socket is
+    opened in the namespace it is made in and stays there if the device is moved."""
+    spec: dict = {"ifname": name, "kind": "vxlan", "vxlan_id": vni, "vxlan_group": remote,
+                  "vxlan_local": local, "vxlan_port": port}
+    if underlay is not None:
+        spec["vxlan_link"] = index(ipr, underlay)
+    if mtu is not None:
+        spec["mtu"] = mtu
+    ipr.link("add", **spec)
+
+
+def source_address(ipr: IPRoute, destination: str) -> str:
+    """The address this namespace sends from to reach ``destination`` (`ip route get`)."""
+    try:
+        routes = ipr.route("get", dst=destination)
+    except NetlinkError as exc:
+        raise EnvironmentProblem(f"no route to {destination}: {exc}") from exc
+    source = routes[0].get_attr("RTA_PREFSRC") if routes else None
+    if not source:
+        raise EnvironmentProblem(f"no source address toward {destination}")
+    return source
 
 
 def create_netns(name: str) -> None:

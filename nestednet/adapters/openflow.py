@@ -104,6 +104,11 @@ def dump(bridge: str) -> list[Flow]:
     return flows
 
 
+Rule = tuple[int, int, int, int | None, int | None]
+"""One rule of a multi-host link for `Channel.submit`: (cookie, in_port, out_port,
+match_tag, push_tag), as `host_flow_line` writes it."""
+
+
 class Channel:
     """A persistent OpenFlow 1.3 session with one bridge, for callers that change flows often.
 
@@ -211,12 +216,22 @@ class Channel:
                 done, errors, self._errors = self._waiting.pop(xid), self._errors, []
                 done(errors)
 
-    def _output_flow(self, cookie: int, in_port: int, out_port: int) -> object:
+    def _output_flow(self, cookie: int, in_port: int, out_port: int,
+                     match_tag: int | None = None, push_tag: int | None = None) -> object:
+        """in_port -> out_port; with tags, the rules `host_flow_line` writes (out of a
+        tunnel: match the 802.1Q tag and pop it; into one: push a tag)."""
         p, ofp = self._parser, self._ofp
+        match = (p.OFPMatch(in_port=in_port) if match_tag is None else
+                 p.OFPMatch(in_port=in_port, vlan_vid=ofp.OFPVID_PRESENT | match_tag))
+        actions: list = [p.OFPActionPopVlan()] if match_tag is not None else []
+        if push_tag is not None:
+            actions += [p.OFPActionPushVlan(0x8100),
+                        p.OFPActionSetField(vlan_vid=ofp.OFPVID_PRESENT | push_tag)]
+        actions.append(p.OFPActionOutput(out_port))
         return p.OFPFlowMod(self._dp, cookie=cookie, priority=LINK_PRIORITY,
-                            command=ofp.OFPFC_ADD, match=p.OFPMatch(in_port=in_port),
-                            instructions=[p.OFPInstructionActions(
-                                ofp.OFPIT_APPLY_ACTIONS, [p.OFPActionOutput(out_port)])])
+                            command=ofp.OFPFC_ADD, match=match,
+                            instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                                                  actions)])
 
     def _delete_cookie(self, cookie: int) -> object:
         ofp = self._ofp
@@ -225,14 +240,16 @@ class Channel:
                                        out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
 
     def submit(self, done: Callable[[list[str]], None], *,
-               add: Iterable[tuple[int, int, int]] = (), delete: Iterable[int] = ()) -> None:
-        """Send a batch: delete cookies, add (cookie, port a, port b) link pairs, then a
-        barrier. ``done(errors)`` is called from ``read``/``wait`` once the switch has
-        applied it (``errors``: its refusals, empty when all went in); at once when
-        the batch is empty."""
+               add: Iterable[tuple[int, int, int]] = (), delete: Iterable[int] = (),
+               rules: Iterable[Rule] = ()) -> None:
+        """Send a batch: delete cookies, add (cookie, port a, port b) link pairs and single
+        ``rules``, then a barrier. ``done(errors)`` is called from ``read``/``wait`` once
+        the switch has applied it (``errors``: its refusals, empty when all went in); at
+        once when the batch is empty."""
         messages = [self._delete_cookie(cookie) for cookie in delete]
         for cookie, a, b in add:
             messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
+        messages += [self._output_flow(*rule) for rule in rules]
         if not messages:
             done([])
             return

@@ -66,6 +66,27 @@ switch, not a speed: seen over 10 s for deleting a bridge with kernel-datapath p
 software-emulated VM on a loaded machine (`scripts/test kernel-full`)."""
 
 
+class LazyOvsdb:
+    """An `Ovsdb` that connects on first use. For handles on a lab's other hosts: a
+    command may never need a host's database (a run reads and writes flows only), and
+    the first non-main thread that opens a python-ovs stream never finishes (see
+    _keep_python_signal_handling), so `nestednet run`'s worker thread must not open one
+    it does not use."""
+
+    def __init__(self, remote: str) -> None:
+        self.remote = remote
+        self._db: Ovsdb | None = None
+
+    def __getattr__(self, name: str):
+        if self._db is None:
+            self._db = Ovsdb(self.remote)
+        return getattr(self._db, name)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+
+
 class Ovsdb:
     """A connection to one ovsdb-server (Open_vSwitch database)."""
 

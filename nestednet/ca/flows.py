@@ -1,18 +1,29 @@
 """Making CA decisions real: flow pairs on the main bridge, one OpenFlow batch per round,
-submitted without waiting (the CA thread goes on deciding while the bridge applies it)."""
+submitted without waiting (the CA thread goes on deciding while the bridge applies it);
+in a lab over several hosts, a batch's flows on every host its links touch
+(`HostsInstaller`)."""
 
 from __future__ import annotations
 
+import select
+import time
 from collections.abc import Callable
 
 from nestednet.adapters import openflow
 from nestednet.ca.assistant import LinkEnds
 from nestednet.errors import EnvironmentProblem
+from nestednet.lab.multihost import HostLinks
+from nestednet.model import link_rules
+from nestednet.model import topology as topo
 
 PortOf = Callable[[str, str], int]
 """(scenario node, iPHY name) -> OpenFlow port number on the main bridge."""
 CookieOf = Callable[[int, int], int]
 """(port a, port b) -> the cookie that marks this link's flows."""
+EndpointOf = Callable[[str, str], topo.Endpoint]
+"""(scenario node, iPHY name) -> the lab endpoint."""
+HostsDone = Callable[[str, int, dict[str, float]], None]
+"""(op "add" or "remove", links in the batch, host -> seconds until its flows were in)."""
 
 
 class MainBridgeInstaller:
@@ -80,3 +91,100 @@ class MainBridgeInstaller:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+
+class HostsInstaller:
+    """A FlowInstaller for a lab over several hosts (nestednet.lab.multihost.HostLinks).
+
+    One persistent OpenFlow session per host's main bridge (openflow.Channel, as
+    MainBridgeInstaller keeps for one bridge; here through the host's management socket).
+    A batch is sent to every host its links touch before any answer is awaited, so the
+    hosts apply it in parallel without a thread per host; the call returns once every
+    host has applied its part (its barrier reply), so an agent hears "linked" only when
+    both ends' hosts forward. The rules and cookies are those `nestednet link` makes
+    (nestednet.model.tunnels.DataPlane.link_flows). ``done`` hears how long each host
+    took: how far apart the hosts changed is what a run over several hosts adds to a
+    step, and goes into the events (``host_flows``).
+    """
+
+    def __init__(self, links: HostLinks, endpoint_of: EndpointOf, done: HostsDone,
+                 timeout: float = 10.0) -> None:
+        assert links.dp is not None and links.hosts is not None
+        self.links = links
+        self.dp = links.dp
+        self.endpoint_of = endpoint_of
+        self.done = done
+        self.timeout = timeout
+        self._channels: dict[str, openflow.Channel] = {}
+
+    def open(self) -> None:
+        """A session with every host's bridge now (the first loads os-ken, ~0.5 s): call
+        it on the thread that will use the installer, as MainBridgeInstaller.open says."""
+        for host in self.dp.tunnels:
+            self._channel(host)
+
+    def _channel(self, host: str) -> openflow.Channel:
+        if host not in self._channels:
+            assert self.links.hosts is not None
+            self._channels[host] = openflow.Channel(
+                self.links.bridge, rundir=self.links.hosts[host].ovs_rundir,
+                timeout=self.timeout)
+        return self._channels[host]
+
+    def _ends(self, link: LinkEnds) -> link_rules.Link:
+        return (self.endpoint_of(link.a, link.a_iphy), self.endpoint_of(link.b, link.b_iphy))
+
+    def install(self, links: list[LinkEnds]) -> None:
+        work: dict[str, tuple[list[openflow.Rule], list[int]]] = {}
+        for a, b in map(self._ends, links):
+            for flow in self.dp.link_flows(a, b):
+                work.setdefault(flow.host, ([], []))[0].append(
+                    (self.links.cookie(a, b), flow.in_port, flow.out_port, flow.match_tag,
+                     flow.push_tag))
+        self._apply("add", len(links), work)
+
+    def remove(self, links: list[LinkEnds]) -> None:
+        work: dict[str, tuple[list[openflow.Rule], list[int]]] = {}
+        for a, b in map(self._ends, links):
+            for host in self.dp.hosts_of_link(a, b):
+                work.setdefault(host, ([], []))[1].append(self.links.cookie(a, b))
+        self._apply("remove", len(links), work)
+
+    def _apply(self, op: str, count: int,
+               work: dict[str, tuple[list[openflow.Rule], list[int]]]) -> None:
+        """Send each host its part, then read the hosts' answers as they come."""
+        if not work:
+            return
+        start = time.monotonic()
+        finished: dict[str, float] = {}
+        refused: dict[str, list[str]] = {}
+
+        def answered(host: str) -> Callable[[list[str]], None]:
+            def record(errors: list[str]) -> None:
+                finished[host] = time.monotonic() - start
+                if errors:
+                    refused[host] = errors
+            return record
+
+        for host, (rules, cookies) in sorted(work.items()):
+            self._channel(host).submit(answered(host), delete=cookies, rules=rules)
+        deadline = start + self.timeout
+        while len(finished) < len(work):
+            waiting = [self._channels[h] for h in work if h not in finished]
+            left = deadline - time.monotonic()
+            ready = select.select(waiting, [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                raise EnvironmentProblem(
+                    f"no answer within {self.timeout:.0f} s from the main bridge of "
+                    f"{', '.join(sorted(h for h in work if h not in finished))}")
+            for channel in ready:
+                channel.read()
+        if refused:
+            raise EnvironmentProblem("; ".join(f"host {h} refused flow changes: "
+                                               + "; ".join(e[:3]) for h, e in refused.items()))
+        self.done(op, count, finished)
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels = {}

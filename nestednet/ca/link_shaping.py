@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from nestednet.ca.assistant import LinkEnds
+from nestednet.lab.links import LabLinks
 from nestednet.lab.shaping import Direction, LabShaper, direction, iphy_port
 from nestednet.model import topology as topo
 from nestednet.model.link_properties import LinkProperties
@@ -35,11 +36,14 @@ class RunShaping:
     """Shapes a run's links step by step; all calls come from the CA's server thread."""
 
     def __init__(self, resolver: LinkResolver, shaper: LabShaper, endpoint_of: EndpointOf,
-                 lab: str) -> None:
+                 lab: str, links: LabLinks | None = None) -> None:
+        """``links``: where each iPHY's port is (a lab over several hosts shapes each
+        direction on its receiving port's host); None: this machine."""
         self.resolver = resolver
         self.shaper = shaper
         self.endpoint_of = endpoint_of
         self.lab = lab
+        self.links = links
         self.step = 0
         self.timings: list[dict[str, Any]] = []
 
@@ -69,7 +73,8 @@ class RunShaping:
         b = self.endpoint_of(link.b, link.b_iphy)
         forward = self.resolver.properties_for(self.step, link.a, link.b) or LinkProperties()
         backward = self.resolver.properties_for(self.step, link.b, link.a) or LinkProperties()
-        return direction(self.lab, a, b, forward), direction(self.lab, b, a, backward)
+        return (direction(self.lab, a, b, forward, self.links),
+                direction(self.lab, b, a, backward, self.links))
 
     def _payload(self, pair: tuple[Direction, Direction]) -> dict[str, Any]:
         policy = self.shaper.policy

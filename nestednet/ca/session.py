@@ -25,14 +25,14 @@ from pathlib import Path
 from nestednet import connectivity_plot
 from nestednet.adapters import netlink
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
-from nestednet.ca.flows import MainBridgeInstaller
+from nestednet.ca.flows import HostsInstaller, MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import UsageError
 from nestednet.lab import designs
 from nestednet.lab.create import CreateRequest, create
-from nestednet.lab.links import LabLinks
+from nestednet.lab.multihost import HostLinks
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 from nestednet.lab.route_watch import RouteWatch
@@ -40,7 +40,15 @@ from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
-from nestednet.model.events import LATENCY_PHASES, ROUTE, negotiation_summary, route_summary
+from nestednet.model.events import (
+    HOST_FLOWS,
+    LATENCY_PHASES,
+    ROUTE,
+    host_flows_fields,
+    host_flows_summary,
+    negotiation_summary,
+    route_summary,
+)
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -97,6 +105,9 @@ class RunSummary:
     routing: str = "none"
     routes: list = field(default_factory=list)
     """events.route_summary of this run: route changes per step and node, convergence."""
+    host_flows: dict = field(default_factory=dict)
+    """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
+    hosts and the spread between hosts, p50/p90/max ms; empty on one host."""
 
 
 def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, source: str,
@@ -127,6 +138,18 @@ def describe_routes(routing: str, routes: list) -> str:
                       + (f" in {r['converged_s']:.1f} s" if r["converged_s"] is not None
                          else "") for r in routes)
     return f"route changes ({routing}): {steps or 'none'}"
+
+
+def describe_host_flows(host_flows: dict) -> str | None:
+    """One line for a person (labs over several hosts): flows in on all hosts, p50/p90."""
+    parts = []
+    for op, groups in host_flows.items():
+        for kind, figures in groups.items():
+            every, spread = figures["all_ms"], figures["spread_ms"]
+            parts.append(f"{op} {kind.replace('_', '-')} x{figures['batches']}: all hosts "
+                         f"{every['p50']:.1f}/{every['p90']:.1f} ms, spread "
+                         f"{spread['p50']:.1f}/{spread['p90']:.1f} ms")
+    return "flows per batch (p50/p90): " + "; ".join(parts) if parts else None
 
 
 def describe_negotiation(negotiation: dict) -> str:
@@ -164,8 +187,7 @@ def check_fits(scenario: Scenario, lab: Lab) -> None:
     design = designs.of(lab.meta)
     if not design.plays_scenarios:
         raise UsageError(f"lab {lab.record.lab} is a {design.kind} lab: `run` cannot play "
-                         "scenarios on it yet (its nodes have no GNAB)",
-                         hint="docs/multihost.md says what multi-host labs can do")
+                         "scenarios on it (its nodes have no GNAB)")
     needed_iphys = max(n.iphys for n in scenario.nodes)
     if len(scenario.nodes) > lab.shape.nodes or needed_iphys > lab.shape.iphys:
         raise UsageError(
@@ -194,7 +216,17 @@ class CaSession:
         check_fits(scenario, lab)
         self.scenario = scenario
         self.lab = lab
-        self.links = LabLinks.of(lab.record)
+        self.design = designs.of(lab.meta)
+        try:
+            self._start(scenario, lab, events_path, links)
+        except BaseException:
+            self.design.close()
+            raise
+
+    def _start(self, scenario: Scenario, lab: Lab, events_path: Path,
+               links: tuple[LinkResolver, ShapingPolicy] | None) -> None:
+        # The design says where the lab's links are: one main bridge, or one per host.
+        self.links = self.design.links(lab.record)
         if manual := self.links.links():
             raise UsageError(f"lab {lab.record.lab} has {len(manual)} link(s) made by "
                              "`nestednet link add`; during a run the CA makes every link",
@@ -205,12 +237,17 @@ class CaSession:
         self.table = InterNodeLinks(scenario.iphy_inventory())
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
-        self.installer = MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of)
+        self.installer: MainBridgeInstaller | HostsInstaller = (
+            HostsInstaller(self.links, self.endpoint_of, self._hosts_done)
+            if isinstance(self.links, HostLinks)
+            else MainBridgeInstaller(self.links.bridge, self.port_of, self.cookie_of))
         self.shaping: RunShaping | None = None
         self.shaping_info: dict = {}
         if links is not None:
-            self.shaping = RunShaping(links[0], LabShaper(lab.record, links[1]),
-                                      self.endpoint_of, lab.record.lab)
+            shaper = LabShaper(lab.record, links[1],
+                               offloads_off=self.links.shaping_offloads_off)
+            self.shaping = RunShaping(links[0], shaper, self.endpoint_of, lab.record.lab,
+                                      self.links)
             self.shaping_info = self.shaping.check()
             self.events.write("shaping", scenario_time=0.0, **self.shaping_info)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
@@ -233,6 +270,12 @@ class CaSession:
             raise
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
+
+    def _hosts_done(self, op: str, links: int, per_host: dict[str, float]) -> None:
+        """A batch's flows are in on every host it touched (CA thread): a host_flows event."""
+        progress = self.ca.progress
+        self.events.write(HOST_FLOWS, scenario_time=progress.scenario_time,
+                          step=progress.step, **host_flows_fields(op, links, per_host))
 
     def endpoint_of(self, node: str, iphy: str) -> topo.Endpoint:
         return topo.Endpoint(self.lab_node[node], int(iphy.removeprefix("iphy")))
@@ -295,6 +338,7 @@ class CaSession:
             self.server.stop()
             self.installer.close()
             self.events.close()
+            self.design.close()
 
     def __enter__(self) -> CaSession:
         return self
@@ -437,6 +481,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             summary.link_properties = ca_session.shaping.resolver.summary()[
                 :summary.steps_played]
         summary.routes = route_summary(ca_session.events.records)
+        summary.host_flows = host_flows_summary(ca_session.events.records)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

@@ -66,7 +66,8 @@ def register(group: click.Group) -> None:
               default=None, help="Spread the nodes over the hosts of this file "
                                  "(nestednet/schemas/hosts.schema.json): parents become "
                                  "Docker Swarm services, VXLAN joins the hosts' main bridges. "
-                                 "Partial: iPHYs only, emulated hosts only (docs/multihost.md).")
+                                 "A control VXLAN per host joins the GNABs to `run`'s CA. "
+                                 "Partial: emulated hosts only (docs/multihost.md).")
 @click.option("--spread/--pack", "spread", default=True, show_default=True,
               help="With --hosts: even out the nodes over the hosts, or fill each host up "
                    "to its capacity in file order.")
@@ -120,8 +121,8 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
     with Progress(*columns, console=err_console, transient=False) as bar:
         tasks = {phase: bar.add_task(phase, total=nodes) for phase in design.phases}
         meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
-    made = (f"{iphys} iPHYs, no GNAB yet) over {len(set(meta['placement'].values()))} hosts"
-            if "placement" in meta else f"gnab + {iphys} iPHYs)")
+    made = f"gnab + {iphys} iPHYs)" + (f" over {len(set(meta['placement'].values()))} hosts"
+                                       if "placement" in meta else "")
     out_console.print(f"{design.title}lab {lab}: {nodes} nodes x ({made} created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
                       f"{meta['parent_security']}, routing {routing})")

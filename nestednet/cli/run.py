@@ -272,6 +272,8 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
                           highlight=False)
         for line in describe_link_steps(summary.link_properties):
             out_console.print(line, highlight=False, soft_wrap=True)
+    if (hosts_line := _session().describe_host_flows(summary.host_flows)) is not None:
+        out_console.print(hosts_line, highlight=False, soft_wrap=True)
     out_console.print(_session().describe_routes(summary.routing, summary.routes),
                       highlight=False, soft_wrap=True)
     if summary.removed_lab:

@@ -182,11 +182,7 @@ class NodeDesign(abc.ABC):
         build.record.add(OVS_BRIDGE, bridge)
         ovs.add_bridge(bridge, datapath_type=build.datapath, external_ids={LAB_ID: lab},
                        fail_mode="secure")
-        name = topo.control_netns(lab)
-        build.record.add(NETNS, name)
-        netlink.create_netns(name)
-        with netlink.route(name) as ctl:
-            netlink.add_bridge(ctl, topo.control_bridge(lab), plan.ca_address())
+        make_control_namespace(build.record, plan)
 
     def close(self) -> None:  # noqa: B027 (optional step, none by default)
         """After a create, failed or not: release what ``prepare`` held."""
@@ -220,6 +216,16 @@ class NodeDesign(abc.ABC):
     def swap(self, lab: Lab, node: str, component: str, path: Path, *,
              restart: bool) -> dict:
         """`nestednet swap`: new code into one component (a design may refuse)."""
+
+
+def make_control_namespace(record: LabRecord, plan: AddressPlan) -> None:
+    """The lab's control namespace on this machine and the CA's bridge in it (recorded
+    first): where `nestednet run`'s CA listens, whatever the design."""
+    name = topo.control_netns(record.lab)
+    record.add(NETNS, name)
+    netlink.create_netns(name)
+    with netlink.route(name) as ctl:
+        netlink.add_bridge(ctl, topo.control_bridge(record.lab), plan.ca_address())
 
 
 def component_environment(plan: AddressPlan, lab: str, node: int, component: int,

@@ -1,11 +1,13 @@
-"""A multi-host lab's data plane and nodes, realised host by host (issue #16, partial).
+"""A multi-host lab's data plane, control net and nodes, realised host by host (issue #16).
 
 What the pure model (nestednet.model.placement, nestednet.model.tunnels) decided is made
-here: on every host the main bridge and one VXLAN port per peer host; node parents as
-Docker Swarm services pinned to their host (`node.hostname==HOST`), which run under
-Docker's default seccomp profile and so start their children through runc's
---no-new-keyring --no-pivot (images/dind/runc-no-keyring, docs/multihost.md); the iPHYs
-wired into their host's main bridge; links as flows on one or two hosts.
+here: on every host the main bridge and one VXLAN port per peer host; the control net
+(a Linux bridge per host, a VXLAN from each host to the CA's control namespace on this
+machine); node parents as Docker Swarm services pinned to their host
+(`node.hostname==HOST`), which run under Docker's default seccomp profile and so start
+their children through runc's --no-new-keyring --no-pivot (images/dind/runc-no-keyring,
+docs/multihost.md); links as flows on one or two hosts. Nodes are wired as nested ones
+are (nestednet.lab.wiring, with the host's namespace as their host side: swarm.py).
 
 A host is reached through a `HostHandle`: its engine, its OVSDB, its network namespace
 and its bridges' OpenFlow sockets as seen from the machine running this code. Today
@@ -30,16 +32,16 @@ import docker.errors
 import docker.types
 
 from nestednet.adapters import netlink, openflow
-from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.adapters.ovsdb import LazyOvsdb, Ovsdb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.design import labels
 from nestednet.lab.links import COOKIE_MARK, LabLinks
 from nestednet.lab.record import DIRECTORY, OVS_BRIDGE, SERVICE, VETH, LabRecord, Resource
-from nestednet.lab.wiring import LAB_ID, component_sysctls
+from nestednet.lab.wiring import LAB_ID
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
 from nestednet.model.placement import Host, HostSet
-from nestednet.model.tunnels import VXLAN_PORT, DataPlane, Tunnel, inner_mtu
+from nestednet.model.tunnels import VXLAN_PORT, ControlTunnel, DataPlane, Tunnel, control_mtu
 
 PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
 """All a Swarm service can carry (no --security-opt, --device, --privileged)."""
@@ -55,7 +57,7 @@ class HostHandle:
 
     name: str
     engine: docker.DockerClient
-    ovs: Ovsdb
+    ovs: Ovsdb | LazyOvsdb
     netns: str
     """Its network namespace: a /proc/PID/ns/net path."""
     pid: int
@@ -66,7 +68,12 @@ class HostHandle:
     state_there: str
     """One directory shared with the host: its path here, and on the host."""
 
+    def bridge_socket(self, bridge: str) -> Path:
+        """The bridge's OpenFlow management socket (there while the bridge exists)."""
+        return Path(self.ovs_rundir) / f"{bridge}.mgmt"
+
     def bridge_target(self, bridge: str) -> str:
+        """The bridge as an ovs-ofctl target."""
         return f"unix:{self.ovs_rundir}/{bridge}.mgmt"
 
 
@@ -96,12 +103,65 @@ def _make_tunnel(lab: str, host: HostHandle, tunnel: Tunnel, underlay_dev: str,
                                      hint="a crashed lab of that name: delete it first")
         if record is not None:
             record.add(VETH, tunnel.name, host.name)
-        ipr.link("add", ifname=tunnel.name, kind="vxlan", vxlan_id=tunnel.vni,
-                 vxlan_group=tunnel.remote_ip, vxlan_local=tunnel.local_ip,
-                 vxlan_port=VXLAN_PORT, vxlan_link=netlink.index(ipr, underlay_dev))
+        netlink.add_vxlan(ipr, tunnel.name, vni=tunnel.vni, local=tunnel.local_ip,
+                          remote=tunnel.remote_ip, port=VXLAN_PORT, underlay=underlay_dev)
         netlink.up(ipr, tunnel.name)
     host.ovs.add_port(topo.main_bridge(lab), tunnel.name, ofport=tunnel.ofport,
                       external_ids={LAB_ID: lab, f"{LAB_ID}.peer": tunnel.peer})
+
+
+# --- the control net: a bridge per host, a VXLAN from each host to the CA ----------------
+
+
+def ca_underlay_address(hosts: HostSet, placement: Mapping[int, str]) -> str:
+    """This machine's address toward the lab's hosts (the source the kernel picks for
+    the first host that holds nodes): the local end of every control tunnel."""
+    first = next(h for h in hosts.hosts if h.name in set(placement.values()))
+    with netlink.route() as ipr:
+        return netlink.source_address(ipr, first.address)
+
+
+def make_control_net(lab: str, tunnels: list[ControlTunnel],
+                     hosts: Mapping[str, HostHandle], underlay_dev: str = "eth0",
+                     record: LabRecord | None = None) -> None:
+    """The lab's control net beyond this machine: on every host a bare Linux bridge
+    (`topo.control_bridge`, where its GNABs' control veths attach) and a VXLAN device
+    on it toward this machine; here, each host's tunnel end, made in this machine's
+    namespace (so its UDP socket stays on the underlay) and then moved into the lab's
+    control namespace, onto the CA's bridge, which must exist. Packets between a GNAB
+    and the CA are encapsulated on the underlay: nothing is moved between hosts'
+    namespaces, so a real host would need only the same devices made there. Each
+    device is written to ``record`` (with its host) before it is made; the bridges and
+    tunnels count as interfaces (kind veth: deleted by name)."""
+    ctl_bridge, ctl_netns = topo.control_bridge(lab), topo.control_netns(lab)
+    for tunnel in tunnels:
+        host = hosts[tunnel.host]
+        with netlink.route(host.netns) as ipr:
+            for name in (ctl_bridge, tunnel.host_device):
+                if netlink.exists(ipr, name):
+                    raise EnvironmentProblem(f"{name} exists already on {host.name}",
+                                             hint="a crashed lab of that name: delete it "
+                                                  "first")
+            if record is not None:
+                record.add(VETH, ctl_bridge, host.name)
+            netlink.add_bridge(ipr, ctl_bridge)
+            if record is not None:
+                record.add(VETH, tunnel.host_device, host.name)
+            netlink.add_vxlan(ipr, tunnel.host_device, vni=tunnel.vni, local=tunnel.host_ip,
+                              remote=tunnel.ca_ip, port=VXLAN_PORT, underlay=underlay_dev,
+                              mtu=control_mtu())
+            netlink.configure(ipr, tunnel.host_device, master=ctl_bridge)
+        with netlink.route() as here:
+            if netlink.exists(here, tunnel.ca_device):
+                raise EnvironmentProblem(f"{tunnel.ca_device} exists already on this machine",
+                                         hint="a crashed lab of that name: delete it first")
+            if record is not None:
+                record.add(VETH, tunnel.ca_device)
+            netlink.add_vxlan(here, tunnel.ca_device, vni=tunnel.vni, local=tunnel.ca_ip,
+                              remote=tunnel.host_ip, port=VXLAN_PORT, mtu=control_mtu())
+            netlink.move(here, tunnel.ca_device, ctl_netns)
+        with netlink.route(ctl_netns) as ctl:
+            netlink.configure(ctl, tunnel.ca_device, master=ctl_bridge)
 
 
 # --- nodes: a Swarm service per parent, iPHY children, wiring ----------------------------
@@ -153,48 +213,6 @@ def inner_engine(lab: str, node: int, host: HostHandle) -> docker.DockerClient:
     return docker.DockerClient(base_url=f"unix://{sock}", timeout=120)
 
 
-def start_iphys(inner: docker.DockerClient, lab: str, node: int, iphys: int,
-                image: str) -> dict[int, int]:
-    """The node's iPHY children (network none; NestedNet wires them); iphy -> pid in the
-    parent."""
-    pids = {}
-    for iphy in range(1, iphys + 1):
-        child = inner.containers.run(
-            image, entrypoint=["sleep", "infinity"], detach=True, network_mode="none",
-            name=topo.component_name(iphy), hostname=f"{topo.node_name(node)}-iphy{iphy}",
-            labels=labels(lab, node=topo.node_name(node), component=topo.component_name(iphy)),
-            cap_add=["NET_ADMIN", "NET_RAW"])
-        child.reload()
-        pids[iphy] = int(child.attrs["State"]["Pid"])
-    return pids
-
-
-def wire_iphy(lab: str, dp: DataPlane, host: HostHandle, node: int, iphy: int,
-              child_pid: int, record: LabRecord | None = None) -> None:
-    """The iPHY's inter-node veth: one end in the child, one on its host's main bridge."""
-    outer = topo.veth_name(lab, node, "inter-host", iphy)
-    inner = topo.veth_name(lab, node, "inter-child", iphy)
-    mtu = inner_mtu()
-    if record is not None:
-        record.add(VETH, outer, host.name)
-    with netlink.route(host.netns) as ipr:
-        # Offloads stay on: the parent image's OVS runs with userspace TSO (nestednet.datapath).
-        netlink.add_veth(ipr, outer, inner, offloads=True)
-        netlink.move(ipr, inner, child_pid, topo.CHILD_INTER_IF)
-        netlink.up(ipr, outer)
-    no_intra = f"/{topo.CHILD_INTRA_IF}/"  # this slice wires no intra-node net yet
-    netlink.write_sysctls(netlink.netns_path(child_pid),
-                          {k: v for k, v in component_sysctls(iphy).items() if no_intra not in k})
-    with netlink.route(netlink.netns_path(child_pid)) as child:
-        ipr_index = netlink.index(child, topo.CHILD_INTER_IF)
-        child.link("set", index=ipr_index, mtu=mtu)
-        netlink.configure(child, "lo")
-        netlink.configure(child, topo.CHILD_INTER_IF, dp.plan.inter_address(node, iphy))
-    host.ovs.add_port(topo.main_bridge(lab), outer, ofport=dp.plan.port_number(node, iphy),
-                      external_ids={LAB_ID: lab, "org.nestednet.node": topo.node_name(node),
-                                    "org.nestednet.component": topo.component_name(iphy)})
-
-
 # --- links -------------------------------------------------------------------------------
 
 
@@ -202,7 +220,9 @@ def links(lab: str, hosts: Iterable[HostHandle]) -> set[int]:
     """Link cookies present on any host's main bridge."""
     found: set[int] = set()
     for host in hosts:
-        if host.ovs.bridge_exists(topo.main_bridge(lab)):
+        # The bridge's management socket, not OVSDB: `run` reads links on a thread that
+        # must finish (nestednet.adapters.ovsdb.LazyOvsdb says why).
+        if host.bridge_socket(topo.main_bridge(lab)).exists():
             found |= {c for c in openflow.cookies(host.bridge_target(topo.main_bridge(lab)))
                       if c >> 48 == COOKIE_MARK >> 48}
     return found
@@ -293,7 +313,7 @@ def connect(host: Host, here: docker.DockerClient) -> HostHandle:
     state = Path(shared[0])
     return HostHandle(host.name,
                       docker.DockerClient(base_url=f"unix://{state}/docker.sock", timeout=300),
-                      Ovsdb(f"unix:{state}/ovs/db.sock"), f"/proc/{pid}/ns/net", pid,
+                      LazyOvsdb(f"unix:{state}/ovs/db.sock"), f"/proc/{pid}/ns/net", pid,
                       str(state / "ovs"), state, HOST_STATE)
 
 

@@ -108,7 +108,7 @@ class NestedDesign(NodeDesign):
         try:
             with build.phase("children", node):
                 _load_user_images(self.user_archives, inner)
-                children = _start_children(build, inner, node)
+                children = start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent_pid = int(parent.attrs["State"]["Pid"])
                 node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
@@ -216,7 +216,7 @@ class NestedDesign(NodeDesign):
         return result
 
 
-def _start_children(build: Build, inner: docker.DockerClient, node: int) -> dict[int, int]:
+def start_children(build: Build, inner: docker.DockerClient, node: int) -> dict[int, int]:
     """Start the GNAB and the iPHYs; returns component index -> pid in the parent.
 
     The GNAB starts first and alone: a node's children share one containerd shim

@@ -9,8 +9,14 @@ host, which starts its children through runc's --no-new-keyring --no-pivot; its 
 are wired into their host's main bridge. Links are flows on one or two hosts
 (`multihost.HostLinks`), so `link`, `status`, `exec` and `delete` work as on one host.
 
-Partial (docs/multihost.md): nodes get their iPHYs only (no GNAB, intra-node net or
-control net yet), and only hosts emulated on this machine can be driven.
+A node is wired as a nested one (nestednet.lab.wiring.wire_component, with its host's
+namespace and OVS as the host side): the GNAB and the iPHYs on the node's internal
+bridge, the iPHYs on their host's main bridge, the GNAB's control end on its host's
+control bridge, which one VXLAN per host joins to the CA's control namespace on this
+machine (multihost.make_control_net). So `nestednet run` plays scenarios on it, its CA
+installing each step's flows on every host (nestednet.ca.flows.HostsInstaller).
+
+Partial (docs/multihost.md): only hosts emulated on this machine can be driven.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from pyroute2 import NetlinkError
 
 from nestednet import images
 from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import multihost as mh
 from nestednet.lab.design import (
@@ -30,20 +39,29 @@ from nestednet.lab.design import (
     NodeDesign,
     Write,
     component_addresses,
+    make_control_namespace,
     run_in_child,
 )
+from nestednet.lab.nested import start_children
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.lab.record import LabRecord
-from nestednet.lab.wiring import LAB_ID
+from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
-from nestednet.model.tunnels import DataPlane
+from nestednet.model.tunnels import (
+    ControlTunnel,
+    DataPlane,
+    control_mtu,
+    control_tunnels,
+    inner_mtu,
+)
 
 PARENT_SECURITY = "swarm-service"
 """Parents are Swarm services: cap_add ALL, cap_drop SYS_RESOURCE, default seccomp."""
-NO_GNAB = "absent"
-"""A multi-host node's GNAB state: not started yet (docs/multihost.md)."""
+OFFLOADS = VethOffloads(main=True, nodes=True)
+"""Every switch a swarm node's veths join (its host's and its own) is the parent
+image's OVS, which runs with userspace TSO (nestednet.datapath): offloads stay on."""
 MB = 1024 * 1024
 
 
@@ -65,13 +83,13 @@ class SwarmDesign(NodeDesign):
     kind = "swarm"
     title = "multi-host "
     phases = ("parents", "inner daemons", "children", "wiring")
-    plays_scenarios = False
 
     def __init__(self) -> None:
         self.hosts: dict[str, mh.HostHandle] = {}
         self.manager: docker.DockerClient | None = None
         self.dp: DataPlane | None = None
         self.archive: Path | None = None
+        self.control: list[ControlTunnel] = []
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -113,11 +131,17 @@ class SwarmDesign(NodeDesign):
                                  f"{', '.join(taken[:5])}",
                                  hint="delete that lab, or pick another --lab name")
         self.archive = images.component_archive(build.client)
+        self.control = control_tunnels(request.lab, request.hosts, placement,
+                                       mh.ca_underlay_address(request.hosts, placement))
 
     def lab_networks(self, build: Build) -> None:
+        """Per host the main bridge and its data tunnels; the control namespace here (as
+        every design has) and the control net's bridge and tunnel per host."""
         assert self.dp is not None
         mh.make_networks(build.request.lab, self.dp, self.hosts, datapath=build.datapath,
                          record=build.record)
+        make_control_namespace(build.record, build.plan)
+        mh.make_control_net(build.request.lab, self.control, self.hosts, record=build.record)
 
     def build_node(self, build: Build, node: int) -> None:
         assert self.dp is not None and self.manager is not None and self.archive is not None
@@ -132,14 +156,32 @@ class SwarmDesign(NodeDesign):
             with build.phase("children", node):
                 with open(self.archive, "rb") as tar:
                     inner.images.load(tar)
-                children = mh.start_iphys(inner, lab, node, build.shape.iphys,
-                                          images.COMPONENT_IMAGE)
+                children = start_children(build, inner, node)
             with build.phase("wiring", node):
-                pids = netlink.host_pids(parent_pid, list(children.values()))
-                for iphy, pid in children.items():
-                    mh.wire_iphy(lab, self.dp, host, node, iphy, pids[pid], build.record)
+                self._wire(build, host, node, parent_pid, children)
         finally:
             inner.close()
+
+    def _wire(self, build: Build, host: mh.HostHandle, node: int, parent_pid: int,
+              children: dict[int, int]) -> None:
+        """As a nested node is wired, with the node's host as its host side."""
+        lab = build.request.lab
+        state = host.state_here / topo.parent_container(lab, node)
+        with Ovsdb(f"unix:{state}/ovs/db.sock") as node_ovs:
+            node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
+                                external_ids={LAB_ID: lab}, fail_mode="standalone")
+            pids = netlink.host_pids(parent_pid, list(children.values()))
+            handles = NodeHandles(lab, node, parent_pid, node_ovs, host.ovs, build.plan,
+                                  build.record, OFFLOADS, host_netns=host.netns,
+                                  where=host.name, control_on_host=True,
+                                  inter_mtu=inner_mtu(), control_mtu=control_mtu())
+            for index, pid in children.items():
+                try:
+                    wire_component(handles, index, pids[pid])
+                except NetlinkError as exc:
+                    raise EnvironmentProblem(
+                        f"wiring {topo.component_name(index)} of node n{node} on host "
+                        f"{host.name} failed: {exc}") from exc
 
     def close(self) -> None:
         # The archive stays (one per image id): the next create loads it without a save.
@@ -184,7 +226,7 @@ class SwarmDesign(NodeDesign):
                 inner.close()
         entry["components"] = [
             {"component": component,
-             "state": NO_GNAB if index == 0 else states.get(component, "unknown"),
+             "state": states.get(component, "unknown"),
              **component_addresses(plan, number, index)}
             for index, component in enumerate(lab.shape.components())]
         return entry
@@ -192,9 +234,7 @@ class SwarmDesign(NodeDesign):
     def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
                 out: Write, err: Write) -> int:
         number = lab.shape.check_node(node)
-        if lab.shape.check_component(component) == 0:
-            raise UsageError(f"{node} has no running GNAB: multi-host labs start iPHYs only "
-                             "(docs/multihost.md)")
+        lab.shape.check_component(component)
         host = self._host(lab, number)
         name = topo.parent_container(lab.record.lab, number)
         parent = _parent(host, lab.record.lab, name)

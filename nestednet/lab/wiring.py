@@ -36,7 +36,15 @@ LAB_ID = "org.nestednet.lab"
 
 @dataclass
 class NodeHandles:
-    """What wiring needs to reach one node."""
+    """What wiring needs to reach one node.
+
+    The node's *host side* (where its veth pairs are made, its iPHYs' main-bridge ports
+    live and its GNAB's control end joins a control bridge) is this machine's own
+    namespace for one-host labs; for a node on another host of a multi-host lab it is
+    that host's namespace (``host_netns``), ``host_ovs`` is that host's OVS and the
+    record names the host (``where``). Pids are this machine's: a host emulated here
+    shares our kernel, so a namespace is reached through /proc.
+    """
 
     lab: str
     node: int
@@ -46,6 +54,18 @@ class NodeHandles:
     plan: AddressPlan
     record: LabRecord
     offloads: VethOffloads
+    host_netns: str | None = None
+    """The host side's network namespace (a /proc/PID/ns/net path); None: this machine's."""
+    where: str = "host"
+    """The host's name in the lab record ("host": this machine)."""
+    control_on_host: bool = False
+    """False: the GNAB's control end moves into the lab's control namespace here, on the
+    CA's bridge. True (multi-host): it stays on its host, on that host's control bridge,
+    which a tunnel joins to the CA (nestednet.lab.multihost.make_control_net)."""
+    inter_mtu: int | None = None
+    """MTU of the iPHYs' inter-node interfaces (None: the kernel's default)."""
+    control_mtu: int | None = None
+    """MTU of the GNAB's control interface (None: the kernel's default)."""
 
 
 def _ids(handles: NodeHandles, component: int) -> dict[str, str]:
@@ -88,14 +108,16 @@ def component_sysctls(component: int) -> dict[str, str]:
 
 
 def add_veth(host: netlink.IPRoute, record: LabRecord, name: str, peer: str, *,
-             offloads: bool) -> None:
-    """Record ``name``, then make the pair: refused (nothing recorded) when either name
-    is taken, so a record never names an interface someone else made."""
+             offloads: bool, where: str = "host", netns: str | None = None) -> None:
+    """Record ``name`` (on host ``where``), then make the pair in ``host``'s namespace
+    ``netns``: refused (nothing recorded) when either name is taken, so a record never
+    names an interface someone else made."""
     for taken in (n for n in (name, peer) if netlink.exists(host, n)):
-        raise EnvironmentProblem(f"cannot create veth {name}/{peer}: {taken} exists already",
+        raise EnvironmentProblem(f"cannot create veth {name}/{peer}: {taken} exists already"
+                                 + ("" if where == "host" else f" on {where}"),
                                  hint="`nestednet cleanup` removes leftovers of crashed labs")
-    record.add(VETH, name)
-    netlink.add_veth(host, name, peer, offloads=offloads)
+    record.add(VETH, name, where)
+    netlink.add_veth(host, name, peer, offloads=offloads, netns=netns)
 
 
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
@@ -106,38 +128,47 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
         return topo.veth_name(lab, node, role, component)
 
     intra_parent, intra_child = name("intra-parent"), name("intra-child")
-    with netlink.route() as host:
-        add_veth(host, h.record, intra_parent, intra_child, offloads=h.offloads.nodes)
+    with netlink.route(h.host_netns) as host:
+        add_veth(host, h.record, intra_parent, intra_child, offloads=h.offloads.nodes,
+                 where=h.where, netns=h.host_netns)
         netlink.move(host, intra_child, child_pid, topo.CHILD_INTRA_IF)
         netlink.move(host, intra_parent, h.parent_pid)
         if component == 0:
             outer, outer_child = name("control-host"), name("control-child")
-            add_veth(host, h.record, outer, outer_child, offloads=True)
+            add_veth(host, h.record, outer, outer_child, offloads=True, where=h.where,
+                     netns=h.host_netns)
             netlink.move(host, outer_child, child_pid, topo.CHILD_CONTROL_IF)
-            netlink.move(host, outer, topo.control_netns(lab))
-            outer_address = h.plan.control_address(node)
+            if h.control_on_host:
+                netlink.configure(host, outer, master=topo.control_bridge(lab))
+            else:
+                netlink.move(host, outer, topo.control_netns(lab))
+            outer_address, outer_mtu = h.plan.control_address(node), h.control_mtu
         else:
             outer, outer_child = name("inter-host"), name("inter-child")
-            add_veth(host, h.record, outer, outer_child, offloads=h.offloads.main)
+            add_veth(host, h.record, outer, outer_child, offloads=h.offloads.main,
+                     where=h.where, netns=h.host_netns)
             netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
             netlink.up(host, outer)
-            outer_address = h.plan.inter_address(node, component)
+            outer_address, outer_mtu = h.plan.inter_address(node, component), h.inter_mtu
     netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(component))
+    outer_if = topo.CHILD_CONTROL_IF if component == 0 else topo.CHILD_INTER_IF
     with netlink.route(netlink.netns_path(child_pid)) as child:
         netlink.configure(child, "lo", h.plan.node_address(node) if component == 0 else None)
         netlink.configure(child, topo.CHILD_INTRA_IF, h.plan.intra_address(component),
                           mac=h.plan.mac_address(node, component, 1))
         netlink.add_neighbours(child, topo.CHILD_INTRA_IF,
                                h.plan.intra_neighbours(node, component))
-        netlink.configure(child, topo.CHILD_CONTROL_IF if component == 0
-                          else topo.CHILD_INTER_IF, outer_address,
+        if outer_mtu is not None:
+            child.link("set", index=netlink.index(child, outer_if), mtu=outer_mtu)
+        netlink.configure(child, outer_if, outer_address,
                           mac=h.plan.mac_address(node, component, 2))
     with netlink.route(netlink.netns_path(h.parent_pid)) as parent:
         netlink.up(parent, intra_parent)
     h.node_ovs.add_port(topo.node_bridge(lab), intra_parent, external_ids=_ids(h, component))
     if component == 0:
-        with netlink.route(topo.control_netns(lab)) as ctl:
-            netlink.configure(ctl, outer, master=topo.control_bridge(lab))
+        if not h.control_on_host:
+            with netlink.route(topo.control_netns(lab)) as ctl:
+                netlink.configure(ctl, outer, master=topo.control_bridge(lab))
     else:
         h.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=_ids(h, component),
                             ofport=h.plan.port_number(node, component))
@@ -148,7 +179,7 @@ def unwire_component(h: NodeHandles, component: int) -> None:
     h.node_ovs.del_port(topo.veth_name(h.lab, h.node, "intra-parent", component))
     if component > 0:
         h.host_ovs.del_port(topo.veth_name(h.lab, h.node, "inter-host", component))
-    with netlink.route() as host:
+    with netlink.route(h.host_netns) as host:
         for role in ("inter-host", "intra-parent", "control-host", "intra-child",
                      "inter-child", "control-child"):
             netlink.delete(host, topo.veth_name(h.lab, h.node, role, component))

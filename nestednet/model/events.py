@@ -31,6 +31,12 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
 - ``route``: a route to a node address changed in a node's GNAB (seen from the host,
   whatever routes: `--routing direct|babel` or the user's code). ``nodes: [node]``;
   ``op`` add|del, ``dst``, ``via`` (the next hop, or null).
+- ``host_flows`` (labs over several hosts only): a batch of the CA's flow changes is
+  in on every host it touched. ``op`` add|remove; ``links``: links in the batch;
+  ``hosts_ms``: ``{host: ms}`` from the batch's start until that host had applied its
+  bundle; ``spread_ms``: the last host's time minus the first's (0 for one host), i.e.
+  how far apart the hosts changed. The ``link_up``/``link_down`` events of that batch
+  follow it (adds) or precede it (removes).
 
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
@@ -57,7 +63,9 @@ LINK_DOWN = "link_down"
 LINK_UPDATE = "link_update"
 SHAPING = "shaping"
 ROUTE = "route"
-KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE)
+HOST_FLOWS = "host_flows"
+KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
+         HOST_FLOWS)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}
@@ -330,6 +338,37 @@ def latency_phases(request: Event, link_up: Event) -> dict[str, float] | None:
             "to_install": (started - decided) * 1000,
             "install": float(flows_ms),
             "after_install": (float(link_up.wall_time) - float(flows_wall)) * 1000}
+
+
+def host_flows_fields(op: str, links: int, per_host: Mapping[str, float]) -> dict[str, Any]:
+    """A ``host_flows`` event's fields from each host's done time (seconds from the start)."""
+    ms = {host: round(seconds * 1000, 3) for host, seconds in sorted(per_host.items())}
+    return {"op": op, "links": links, "hosts_ms": ms,
+            "spread_ms": round(max(ms.values()) - min(ms.values()), 3) if ms else 0.0}
+
+
+def host_flows_summary(events: Iterable[Event]) -> dict[str, Any]:
+    """Per op (add, remove): batches, and p50/p90/max of the last host's time (``all_ms``:
+    the batch's flows in everywhere) and of the spread between hosts, over batches that
+    touched two hosts or more (``several_hosts``: a cross-host link, or same-host links
+    on different hosts decided together) and those that touched one (``one_host``)."""
+    out: dict[str, Any] = {}
+    for e in events:
+        if e.event != HOST_FLOWS:
+            continue
+        hosts = e.extra.get("hosts_ms") or {}
+        if not hosts:
+            continue
+        group = out.setdefault(str(e.extra.get("op")), {}).setdefault(
+            "several_hosts" if len(hosts) > 1 else "one_host", {"all_ms": [], "spread_ms": []})
+        group["all_ms"].append(max(hosts.values()))
+        group["spread_ms"].append(float(e.extra.get("spread_ms", 0.0)))
+    return {op: {kind: {"batches": len(values["all_ms"]),
+                        **{name: {q: percentile(values[name], n)
+                                  for q, n in (("p50", 50), ("p90", 90), ("max", 100))}
+                           for name in ("all_ms", "spread_ms")}}
+                 for kind, values in groups.items()}
+            for op, groups in sorted(out.items())}
 
 
 def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:

@@ -137,6 +137,18 @@ def tunnel_port(lab: str, peer: int) -> str:
     return f"{lab}-t{peer}"
 
 
+def control_tunnel_host(lab: str) -> str:
+    """A multi-host lab's control VXLAN on a host (one per host): `<lab>-tc`, which
+    neither a veth (`<lab>-<digit>...`) nor a data tunnel (`<lab>-t<digit>`) can be."""
+    return f"{lab}-tc"
+
+
+def control_tunnel_ca(lab: str, host: int) -> str:
+    """The CA's end of host ``host``'s control VXLAN (its index in the hosts file), in
+    the lab's control namespace (made first in this machine's own): `<lab>-c<host>`."""
+    return f"{lab}-c{host}"
+
+
 def node_bridge(lab: str) -> str:
     """The internal OVS bridge inside every node parent (its own network namespace)."""
     return f"{lab}-node"

@@ -12,6 +12,13 @@ outputs to that one port. A tag is 12 bits, so a host holds at most 4094 iPHYs.
 
 VXLAN adds 50 bytes and the tag 4: iPHYs of a multi-host lab use a smaller MTU
 (`inner_mtu`), or full-size frames would be dropped at the tunnel port.
+
+The control net (GNABs <-> the CA) is a second, separate set of tunnels
+(`control_tunnels`): on every host a Linux bridge where that host's GNAB control veths
+attach, joined to the CA's control namespace on the CLI machine by one VXLAN per host
+(a star: hosts never talk control among themselves, so it cannot loop). Its VNIs come
+from the top of the lab's reserved range, above every host pair's
+(`CONTROL_VNI_OFFSET`), so the two sets never collide.
 """
 
 from __future__ import annotations
@@ -33,11 +40,22 @@ TUNNEL_OFPORT_BASE = 65000
 """Tunnel ports ask for ofport BASE + peer host index: above every iPHY port number."""
 VNI_PAIRS = 4096
 """VNIs reserved per lab (one per host pair: 64 hosts make 2016 pairs)."""
+MAX_HOSTS = 64
+"""Hosts in a hosts file at most (its schema's maxItems)."""
+CONTROL_VNI_OFFSET = VNI_PAIRS - MAX_HOSTS
+"""Host i's control tunnel has VNI base + CONTROL_VNI_OFFSET + i: the top 64 of the
+lab's range, which no host pair reaches (64 hosts make 2016 pairs)."""
 
 
 def inner_mtu(underlay_mtu: int = 1500) -> int:
     """The largest iPHY frame payload that crosses a tunnel whole."""
     return underlay_mtu - VXLAN_OVERHEAD - TAG_OVERHEAD
+
+
+def control_mtu(underlay_mtu: int = 1500) -> int:
+    """The GNABs' control interface MTU in a multi-host lab: the control VXLAN carries
+    no tag, only its own 50 bytes."""
+    return underlay_mtu - VXLAN_OVERHEAD
 
 
 def vni_base(lab: str, hosts: HostSet) -> int:
@@ -155,3 +173,45 @@ class DataPlane:
 
     def hosts_of_link(self, a: topo.Endpoint, b: topo.Endpoint) -> list[str]:
         return sorted({self.host_of(a), self.host_of(b)})
+
+
+@dataclass(frozen=True)
+class ControlTunnel:
+    """The control net's tunnel between one host and the CA's machine (the CLI machine).
+
+    On the host, ``host_device`` (a VXLAN device, local ``host_ip``) is a port of the
+    host's control bridge (`topo.control_bridge`). On the CA's machine, ``ca_device``
+    (local ``ca_ip``) is made in the machine's own namespace, so its UDP socket stays on
+    the underlay there, then moved into the lab's control namespace as a port of the
+    CA's control bridge: the control namespace gets a tunnel and no route to the
+    underlay."""
+
+    host: str
+    host_device: str
+    ca_device: str
+    host_ip: str
+    ca_ip: str
+    vni: int
+
+
+def control_tunnels(lab: str, hosts: HostSet, placement: Placement,
+                    ca_ip: str) -> list[ControlTunnel]:
+    """One control tunnel per host that holds nodes, in hosts-file order. ``ca_ip``: the
+    CA machine's address on the underlay (the one it reaches the hosts from)."""
+    base = vni_base(lab, hosts)
+    used = set(placement.values())
+    if len(hosts.hosts) > MAX_HOSTS:
+        raise UsageError(f"{len(hosts.hosts)} hosts: a lab spans at most {MAX_HOSTS}")
+    out = []
+    for host in hosts.hosts:
+        if host.name not in used:
+            continue
+        if host.address == ca_ip:
+            raise UsageError(f"host {host.name} has the CA machine's own address {ca_ip}",
+                             hint="the CA's control tunnels need the hosts to be other "
+                                  "machines (or emulated ones) on the underlay")
+        i = hosts.index(host.name)
+        out.append(ControlTunnel(host.name, topo.control_tunnel_host(lab),
+                                 topo.control_tunnel_ca(lab, i), host.address, ca_ip,
+                                 base + CONTROL_VNI_OFFSET + i))
+    return out

@@ -1,8 +1,11 @@
 """A lab over two hosts emulated on this machine (issue #16), driven through the CLI:
 `nestednet create --hosts FILE` places 6 nodes x 2 iPHYs with `spread` (odd nodes on
 h0, even on h1), Swarm starts the parents, a VXLAN tunnel joins the hosts' main
-bridges; `link add/del` (plain and `--rate 20Mbit`), `status`, `exec`, `link list`,
-`delete`, and `cleanup` after a create killed mid-way.
+bridges, a control VXLAN per host joins the GNABs to the CA's namespace here; `link
+add/del` (plain and `--rate 20Mbit`), `status`, `exec` (GNABs included), `link list`,
+a CA playing scenarios whose links cross hosts (stepped by hand with Algorithm 1's
+invariants checked, and through `nestednet run`), `delete`, and `cleanup` after a
+create killed mid-way.
 
 Marked `multihost` (and `system`); run with `scripts/test multihost`, not in
 `make test`: it starts two Docker engines and loads a 542 MB image into each."""
@@ -14,28 +17,36 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import emulated_hosts
 import pytest
+from ca_checks import check_table, play_checked, wait
 
 from nestednet import images
-from nestednet.adapters import tc
+from nestednet.adapters import netlink, tc
+from nestednet.ca.session import CaSession, plan_shaping
 from nestednet.capabilities.hosts import host_checks
 from nestednet.lab import designs
 from nestednet.lab import multihost as mh
+from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan
+from nestednet.model.events import HOST_FLOWS, host_flows_summary, percentile, read_events
+from nestednet.model.scenario_file import load_scenario
+from nestednet.model.shaping_policy import RATE_ONLY
 
 pytestmark = [pytest.mark.system, pytest.mark.multihost]
 
 LAB = "mhcli"
 CRASH = "mhcrash"
 CLI = str(Path(sys.executable).parent / "nestednet")
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE = topo.Shape(6, 2)
 PLAN = AddressPlan.for_shape(SHAPE)
 E = topo.Endpoint
@@ -97,6 +108,16 @@ def iperf(server: tuple[int, int], client: tuple[int, int], port: int = 5201) ->
         return 0.0
 
 
+def gnab_ping(node: int, address: str) -> int:
+    """Replies received from ``address`` by node's GNAB (2 sent)."""
+    done = nn("exec", "--lab", LAB, f"n{node}", "gnab", "--", "ping", "-c", "2", "-W", "1",
+              "-i", "0.3", address)
+    for line in done.stdout.splitlines():
+        if "received" in line:
+            return int(line.split(",")[1].split()[0])
+    raise AssertionError(f"no ping summary: {done.stdout} {done.stderr}")
+
+
 def rtt(node: int, iphy: int, address: str) -> str:
     done = nn("exec", "--lab", LAB, f"n{node}", f"iphy{iphy}", "--", "ping", "-c", "10", "-i",
               "0.2", address)
@@ -121,7 +142,7 @@ def test_doctor_hosts_passes_on_the_emulated_hosts(hosts):
         print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
 
 
-def test_cli_lab_over_two_hosts(hosts, hosts_file):
+def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
     h0, h1 = hosts.names
     before_volumes = volumes(hosts)
     load_before = uptime()
@@ -138,9 +159,18 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file):
             f"n{k}": h0 if k % 2 else h1 for k in range(1, 7)}
         assert all(n["state"] == "running" for n in status["nodes"]), status["nodes"]
         assert all(c["state"] == "running" for n in status["nodes"]
-                   for c in n["components"] if c["component"] != "gnab")
+                   for c in n["components"]), status["nodes"]
         text = nn("status", "--lab", LAB)
         assert text.returncode == 0 and h1 in text.stdout, text.stderr
+        # The GNABs: their intra-node net, and the control net to the CA's namespace
+        # here (through the control VXLAN of the node's host) from both hosts.
+        ca = str(PLAN.ca_address().ip)
+        for node in (1, 2):
+            assert gnab_ping(node, ca) == 2, f"n{node}'s GNAB cannot reach the CA's address"
+            assert gnab_ping(node, str(PLAN.intra_address(2).ip)) == 2
+        big = nn("exec", "--lab", LAB, "n2", "gnab", "--", "ping", "-c", "1", "-W", "1", "-M",
+                 "do", "-s", str(1450 - 28), ca)
+        assert big.returncode == 0, f"a full control-MTU frame must cross: {big.stdout}"
 
         assert ping(1, 1, addr(2, 1), 2) == 0, "no link yet: the secure bridges must drop"
         t0 = time.monotonic()
@@ -189,7 +219,12 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file):
             root = tc.snapshot(hosts.handles[host].netns, [port])[port]
             assert root is not None and root[1] != tc.OUR_ROOT, (port, root)
         steps = _step_bench(hosts)
+        played = _ca_plays_across_hosts(tmp_path)
+        cli_run = _cli_run(tmp_path, hosts.names)
+        shaped_run = _ca_shapes_across_hosts(tmp_path, hosts)
+        ca_bench = _ca_step_bench(tmp_path)
         print(f"load before {load_before} after {uptime()}\n{steps}\n{diagnosis}\n"
+              f"{played}\n{cli_run}\n{shaped_run}\n{ca_bench}\n"
               f"create (CLI, 6x2 over 2 hosts) {create_s:.1f} s; "
               f"link add (CLI, cross-host) {link_add_s:.2f} s\n"
               f"cross-host {cross_rtt}\nsame-host {same_rtt}\niperf3 3 s: cross-host "
@@ -202,6 +237,16 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file):
     assert mh.leftovers(LAB, hosts.manager, hosts.handles.values()) == []
     assert volumes(hosts) == before_volumes
     assert not LabRecord(LAB).exists()
+    assert nothing_here(LAB) == []
+
+
+def nothing_here(lab: str) -> list[str]:
+    """What of ``lab`` is left on this machine: its control namespace, or an interface of
+    its name (the CA's ends of the control tunnels go with the namespace)."""
+    left = [topo.control_netns(lab)] if topo.control_netns(lab) in netlink.list_netns() else []
+    with netlink.route() as here:
+        return left + [name for link in here.get_links()
+                       if (name := link.get_attr("IFLA_IFNAME") or "").startswith(f"{lab}-")]
 
 
 def _ovs_drops(hosts, name: str) -> dict[str, int]:
@@ -278,6 +323,122 @@ def _step_bench(hosts, repeats: int = 15) -> str:
         design.close()
 
 
+def _ca_plays_across_hosts(tmp_path: Path) -> str:
+    """scenarios/small-4x2.json on lab nodes n1..n4 (n1, n3 on h0; n2, n4 on h1), stepped
+    by hand: at every settled step Algorithm 1's invariants hold, the flows on both
+    hosts are the table's links, every link carries packets and lost ones do not."""
+    scenario = load_scenario(ROOT / "scenarios" / "small-4x2.json")
+    session, per_step = play_checked(Lab.open(LAB), scenario, tmp_path / "hand.jsonl")
+    crossing = sum(session.lab_node[lk.src] % 2 != session.lab_node[lk.dst] % 2
+                   for links in per_step for lk in links)
+    counts = dict(session.events.counts)
+    assert crossing >= 3, "the scenario's links must cross hosts"
+    assert counts["link_down"] >= 1 and counts[HOST_FLOWS] >= counts["link_up"] // 3
+    assert session.links.links() == [], "the CA left flows behind on a host"
+    return f"CA by hand: small-4x2, {counts['link_up']} links made ({crossing} cross-host)"
+
+
+def _cli_run(tmp_path: Path, names: list[str]) -> str:
+    """`nestednet run` on the lab: the scenario plays; its events say how long each host
+    took and the spread between them; no flow is left."""
+    events = tmp_path / "cli.jsonl"
+    done = nn("run", str(ROOT / "scenarios" / "small-4x2.json"), "--lab", LAB, "--speed",
+              "10", "--events", str(events), "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps_played"] == 3 and summary["links_up"] >= 4, summary
+    cross = summary["host_flows"]["add"]["several_hosts"]
+    assert cross["batches"] >= 1 and cross["spread_ms"]["p50"] is not None
+    touched = [set(e.extra["hosts_ms"]) for e in read_events(events) if e.event == HOST_FLOWS]
+    assert touched and all(hosts <= set(names) for hosts in touched)
+    assert set(names) in touched, "a batch of cross-host links changes both hosts"
+    assert json.loads(nn("link", "list", "--lab", LAB, "--json").stdout) == []
+    return f"nestednet run: {summary['links_up']} links, host_flows {summary['host_flows']}"
+
+
+def _ca_shapes_across_hosts(tmp_path: Path, hosts) -> str:
+    """A run that shapes its links (`--shaping rate-only`; this kernel has no netem): each
+    cross-host link's two directions are shaped on their receiving ports, each on its
+    own host, before the flows; the next step changes the rate in place; the trees go
+    with the links."""
+    between = [["n1", "n2"], ["n3", "n4"]]
+    path = tmp_path / "shaped.json"
+    path.write_text(json.dumps({
+        "format": "nestednet-scenario/1", "name": "shaped-4x2", "duration": 2, "iphys": 2,
+        "nodes": [{"name": f"n{k}", "id": k} for k in range(1, 5)],
+        "steps": [{"time": t, "visible": between,
+                   "links": [{"between": pair, "rate": rate} for pair in between]}
+                  for t, rate in ((0, "20Mbit"), (1, "5Mbit"))]}))
+    scenario = load_scenario(path)
+    shaping = plan_shaping(scenario, None, RATE_ONLY, str(path), lambda: False)
+    assert shaping is not None
+    lab = Lab.open(LAB)
+    rates = []
+    with CaSession(scenario, lab, tmp_path / "shaped.jsonl", shaping) as session:
+        assert session.wait_for_hellos(120, threading.Event())
+        for index, step in enumerate(scenario.steps):
+            session.apply_step(index)
+            wait(session.settled, f"shaped step {index} to settle")
+            check_table(session.table, step.visible, session)
+            shaper = session.shaping.shaper
+            ports = sorted(shaper.shaped())
+            assert len(ports) == 2 * len(between), ports
+            assert {shaper.netns(p) for p in ports} == {h.netns for h in hosts.handles.values()}
+            rates.append(sorted({v["rate_bps"] for v in shaper.read(ports).values()}))
+    assert rates == [[20_000_000], [5_000_000]], rates
+    for handle in hosts.handles.values():
+        ports = [f"{LAB}-{n}x{i}" for n in range(1, 5) for i in (1, 2)]
+        left = {p: r for p, r in tc.snapshot(handle.netns, ports).items()
+                if r is not None and r[1] == tc.OUR_ROOT}
+        assert left == {}, f"{handle.name} kept shaping trees: {left}"
+    return f"CA shaping across hosts (rate-only): kernel rates per step {rates}"
+
+
+def _ca_step_bench(tmp_path: Path, steps: int = 40) -> str:
+    """CA step -> flows on all hosts, cross-host against same-host steps in one run: a
+    scenario alternating 3 cross-host pairs (n1-n2, n3-n4, n5-n6) and 3 same-host pairs
+    (n1-n3, n2-n4, n4-n6), stepped by hand. Per step: from the step's start to the last
+    of its links up (agents told, asked, decided, flows in on every host); per flow
+    batch: the last host done and the spread between hosts. Medians and p90, printed
+    (not asserted: single runs on a shared machine)."""
+    cross = [["n1", "n2"], ["n3", "n4"], ["n5", "n6"]]
+    same = [["n1", "n3"], ["n2", "n4"], ["n4", "n6"]]
+    path = tmp_path / "alternate.json"
+    path.write_text(json.dumps({
+        "format": "nestednet-scenario/1", "name": "alternate-6x2", "duration": steps,
+        "iphys": 2, "nodes": [{"name": f"n{k}", "id": k} for k in range(1, 7)],
+        "steps": [{"time": i, "visible": cross if i % 2 == 0 else same}
+                  for i in range(steps)]}))
+    scenario = load_scenario(path)
+    lab = Lab.open(LAB)
+    with CaSession(scenario, lab, tmp_path / "bench.jsonl") as session:
+        assert session.wait_for_hellos(120, threading.Event())
+        for index, step in enumerate(scenario.steps):
+            session.apply_step(index)
+            wait(session.settled, f"bench step {index} to settle")
+            check_table(session.table, step.visible, session)
+        records = list(session.events.records)
+    began = {e.step: e.wall_time for e in records if e.event == "step"}
+    last_up: dict[int, float] = {}
+    for e in records:
+        if e.event == "link_up" and e.step is not None:
+            last_up[e.step] = max(last_up.get(e.step, 0.0), e.wall_time)
+    to_flows = {"cross": [], "same": []}
+    for index, at in began.items():
+        if index in last_up and index > 0:  # step 0 also waits for agents' first steps
+            to_flows["cross" if index % 2 == 0 else "same"].append(
+                1000 * (last_up[index] - at))
+    assert all(len(v) >= steps // 2 - 1 for v in to_flows.values()), to_flows
+    batches = host_flows_summary(records)
+
+    def figures(values: list[float]) -> str:
+        return f"p50 {percentile(values, 50):.1f} / p90 {percentile(values, 90):.1f} ms"
+
+    return ("CA step -> last link's flows in on all hosts, " + str(steps) + " steps: "
+            f"cross-host {figures(to_flows['cross'])}, same-host {figures(to_flows['same'])};"
+            f" flow batches: {batches}")
+
+
 def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, hosts_file):
     create = subprocess.Popen([CLI, "create", "--lab", CRASH, "-n", "2", "-m", "1",
                                "--hosts", str(hosts_file)], stdout=subprocess.DEVNULL,
@@ -297,3 +458,4 @@ def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, host
     assert any(CRASH in item for item in removed)
     assert mh.leftovers(CRASH, hosts.manager, hosts.handles.values()) == []
     assert not LabRecord(CRASH).exists()
+    assert nothing_here(CRASH) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 
 import pytest
@@ -52,3 +53,31 @@ def test_refused_change_raises(bridge):
 def test_missing_bridge_is_a_clear_error():
     with pytest.raises(EnvironmentProblem, match="no OpenFlow session"):
         openflow.Channel("nnt-absent")
+
+
+def _rules_text(bridge: str) -> list[str]:
+    done = subprocess.run(["ovs-ofctl", "-O", openflow.PROTOCOL, "--no-stats", "--no-names",
+                           "dump-flows", bridge], capture_output=True, text=True, check=True)
+    return sorted(line.strip() for line in done.stdout.splitlines() if "cookie=" in line)
+
+
+def test_tagged_rules_are_the_ones_ovs_ofctl_makes(bridge):
+    """A multi-host link's rules sent over the session (nestednet.ca.flows.HostsInstaller)
+    are, in the switch, exactly those `host_flow_line` gives ovs-ofctl (`nestednet link`)."""
+    rules = [(0x4E4E000001000003, 1, 65001, None, 7),  # into the tunnel: push tag 7
+             (0x4E4E000001000003, 65001, 1, 5, None)]  # out of it: match tag 5, pop
+    openflow.apply(bridge, [openflow.host_flow_line(c, i, o, match_tag=m, push_tag=p)
+                            for c, i, o, m, p in rules])
+    by_ofctl = _rules_text(bridge)
+    openflow.apply(bridge, [openflow.delete_line(rules[0][0])])
+    assert _rules_text(bridge) == []
+    channel = openflow.Channel(bridge)
+    try:
+        outcome: list[list[str]] = []
+        channel.submit(outcome.append, rules=rules)
+        channel.wait()
+    finally:
+        channel.close()
+    assert outcome == [[]]
+    assert _rules_text(bridge) == by_ofctl and len(by_ofctl) == 2
+    assert any("dl_vlan=5" in r and "pop_vlan" in r for r in by_ofctl), by_ofctl

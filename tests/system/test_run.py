@@ -8,16 +8,14 @@ checked once it has settled.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from ca_checks import check_table, play_checked, run_in, wait
 from labs import module_lab
 
 from nestednet.ca.session import CaSession
-from nestednet.lab.components import exec_in
 from nestednet.lab.nodes import Lab
-from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.scenario_file import load_scenario
 
 pytestmark = pytest.mark.system
@@ -32,61 +30,11 @@ def lab():
         yield Lab.open(LAB)
 
 
-def _wait(cond, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _run(lab: Lab, node: str, component: str, *cmd: str) -> tuple[int, str]:
-    chunks: list[bytes] = []
-    code = exec_in(lab, node, component, list(cmd), chunks.append, chunks.append)
-    return code, b"".join(chunks).decode(errors="replace")
-
-
-def _ping(lab: Lab, session: CaSession, src: str, src_iphy: int, dst: str,
-          dst_iphy: int) -> bool:
-    plan = session.links.plan
-    target = plan.inter_address(session.lab_node[dst], dst_iphy).ip
-    code, _ = _run(lab, f"n{session.lab_node[src]}", f"iphy{src_iphy}",
-                   "ping", "-c", "2", "-W", "1", "-i", "0.3", str(target))
-    return code == 0
-
-
-def _check_table(table: InterNodeLinks, visible: frozenset, session: CaSession) -> None:
-    assert table.violations() == []
-    assert table.unlinked_feasible_pairs() == []
-    for link in table.links():
-        assert link.pair in visible
-    on_bridge = {frozenset((a.node, b.node)) for a, b in session.links.links()}
-    in_table = {frozenset((session.lab_node[lk.src], session.lab_node[lk.dst]))
-                for lk in table.links()}
-    assert on_bridge == in_table
-
-
 def test_links_follow_visibility_and_carry_packets(lab: Lab, tmp_path: Path):
     scenario = load_scenario(ROOT / "scenarios" / "small-4x2.json")
-    seen_links = []
-    with CaSession(scenario, lab, tmp_path / "events.jsonl") as session:
-        assert session.wait_for_hellos(120, threading.Event())
-        for index, step in enumerate(scenario.steps):
-            session.apply_step(index)
-            _wait(session.settled, f"step {index} to settle")
-            time.sleep(0.3)
-            _check_table(session.table, step.visible, session)
-            for link in session.table.links():
-                assert _ping(lab, session, link.src, link.src_iphy, link.dst, link.dst_iphy), \
-                    f"no packets across {link} at step {index}"
-            for old in seen_links:
-                if old.pair not in step.visible:
-                    assert not _ping(lab, session, old.src, old.src_iphy, old.dst,
-                                     old.dst_iphy), f"{old} still carries packets at step {index}"
-            seen_links = session.table.links()
-        assert session.events.counts["link_up"] >= 1
-        assert session.events.counts["link_down"] >= 1
+    session, _links = play_checked(lab, scenario, tmp_path / "events.jsonl")
+    assert session.events.counts["link_up"] >= 1
+    assert session.events.counts["link_down"] >= 1
     assert session.links.links() == [], "the CA left flows behind"
 
 
@@ -95,19 +43,19 @@ def test_agent_restart_rejoins_with_consistent_table(lab: Lab, tmp_path: Path):
     with CaSession(scenario, lab, tmp_path / "events.jsonl") as session:
         assert session.wait_for_hellos(120, threading.Event())
         session.apply_step(0)
-        _wait(session.settled, "step 0 to settle")
+        wait(session.settled, "step 0 to settle")
         before = session.table.links()
         victim = scenario.nodes[0].name
         lab_name = f"n{session.lab_node[victim]}"
-        code, out = _run(lab, lab_name, "gnab", "pkill", "-f", "nestednet.agent")
+        code, out = run_in(lab, lab_name, "gnab", "pkill", "-f", "nestednet.agent")
         assert code == 0, out
-        _wait(lambda: victim not in session.ca.sessions.by_node, "the agent to drop")
-        _wait(lambda: victim in session.ca.sessions.by_node, "the agent to come back", 60)
-        _wait(lambda: session.ca.events.counts["hello"] >= len(scenario.nodes) + 1,
+        wait(lambda: victim not in session.ca.sessions.by_node, "the agent to drop")
+        wait(lambda: victim in session.ca.sessions.by_node, "the agent to come back", 60)
+        wait(lambda: session.ca.events.counts["hello"] >= len(scenario.nodes) + 1,
               "its second HELLO")
         assert session.table.links() == before
         assert session.table.violations() == []
         if len(scenario.steps) > 1:
             session.apply_step(1)
-            _wait(session.settled, "step 1 to settle after the restart")
-            _check_table(session.table, scenario.steps[1].visible, session)
+            wait(session.settled, "step 1 to settle after the restart")
+            check_table(session.table, scenario.steps[1].visible, session)

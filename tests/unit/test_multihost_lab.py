@@ -5,6 +5,7 @@ namespace, and the CLI's refusals."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -102,8 +103,7 @@ def test_host_links_write_one_bundle_per_host_a_link_touches(tmp_path, monkeypat
 
 def test_host_links_are_read_from_every_hosts_flow_table(tmp_path, monkeypatch):
     links = _links(tmp_path)
-    for handle in links.hosts.values():
-        handle.ovs = type("Ovs", (), {"bridge_exists": lambda self, name: True})()
+    monkeypatch.setattr(HostHandle, "bridge_socket", lambda self, bridge: tmp_path)
     cross, local = links.cookie(E(2, 2), E(3, 1)), links.cookie(E(1, 2), E(3, 2))
     tables = {"unix:/run/hostA/mh-main.mgmt": {cross, local, 0x1234},
               "unix:/run/hostB/mh-main.mgmt": {cross}}
@@ -153,11 +153,111 @@ def test_create_cli_refuses_bad_multihost_options_with_exit_2(tmp_path, args, wo
     assert words in result.output
 
 
-def test_run_refuses_a_multihost_lab_before_touching_it(tmp_path):
+def test_run_takes_a_multihost_lab_of_the_scenarios_shape(tmp_path):
     from nestednet.ca.session import check_fits
     from nestednet.lab.nodes import Lab
     from nestednet.model.scenario_file import load_scenario
 
-    lab = Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(4, 2), client=None)
-    with pytest.raises(UsageError, match="swarm lab: `run` cannot play scenarios"):
-        check_fits(load_scenario("scenarios/small-4x2.json"), lab)
+    scenario = load_scenario("scenarios/small-4x2.json")
+    assert designs.named("swarm").plays_scenarios
+    check_fits(scenario, Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(4, 2),
+                             client=None))
+    small = Lab(LabRecord("mh", tmp_path), {"kind": "swarm"}, topo.Shape(3, 2), client=None)
+    with pytest.raises(UsageError, match="scenario needs 4 nodes x 2 iPHYs but lab mh has 3"):
+        check_fits(scenario, small)
+
+
+class FakeChannel:
+    """An OpenFlow session that answers each batch once read (a socket pair makes it
+    readable, so the installer's select sees it), refusing what ``refuse`` names."""
+
+    opened: ClassVar[list[FakeChannel]] = []
+
+    def __init__(self, bridge: str, rundir: str, timeout: float = 10.0) -> None:
+        import socket
+
+        self.target = f"{rundir}/{bridge}"
+        self.mine, self.theirs = socket.socketpair()
+        self.batches: list[dict] = []
+        self.pending: list = []
+        self.refuse = False
+        self.closed = False
+        FakeChannel.opened.append(self)
+
+    def fileno(self) -> int:
+        return self.mine.fileno()
+
+    def submit(self, done, *, add=(), delete=(), rules=()) -> None:
+        self.batches.append({"delete": list(delete), "rules": list(rules)})
+        self.pending.append(done)
+        self.theirs.send(b"x")
+
+    def read(self) -> None:
+        self.mine.recv(64)
+        self.pending.pop(0)(["type 1 code 2"] if self.refuse else [])
+
+    def close(self) -> None:
+        self.closed = True
+        self.mine.close()
+        self.theirs.close()
+
+
+def test_hosts_installer_sends_each_batch_to_every_host_it_touches_and_times_each(
+        tmp_path, monkeypatch):
+    from nestednet.ca.assistant import LinkEnds
+    from nestednet.ca.flows import HostsInstaller
+    from nestednet.errors import EnvironmentProblem
+
+    FakeChannel.opened = []
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
+    links = _links(tmp_path)
+    heard: list[tuple[str, int, dict[str, float]]] = []
+    names = {"a": 1, "b": 2, "c": 3}
+    installer = HostsInstaller(links, lambda node, iphy: E(names[node], int(iphy[-1])),
+                               lambda op, n, per_host: heard.append((op, n, per_host)))
+    installer.open()
+    channels = {c.target: c for c in FakeChannel.opened}
+    host_a, host_b = channels["/run/hostA/mh-main"], channels["/run/hostB/mh-main"]
+    cross, local = LinkEnds("a", "iphy1", "b", "iphy1"), LinkEnds("a", "iphy2", "c", "iphy2")
+    installer.install([cross, local])
+    cookie = links.cookie(E(1, 1), E(2, 1))
+    tags = {(r[3], r[4]) for r in host_a.batches[0]["rules"] if r[0] == cookie}
+    assert len(host_a.batches[0]["rules"]) == 4 and len(host_b.batches[0]["rules"]) == 2
+    assert tags == {(None, links.dp.slots[E(2, 1)]), (links.dp.slots[E(1, 1)], None)}
+    assert [(op, n, sorted(hosts)) for op, n, hosts in heard] == [
+        ("add", 2, ["hostA", "hostB"])]
+    installer.remove([local])
+    assert host_a.batches[-1] == {"delete": [links.cookie(E(1, 2), E(3, 2))], "rules": []}
+    assert len(host_b.batches) == 1, "a same-host link touches one host only"
+    assert heard[-1][:2] == ("remove", 1) and list(heard[-1][2]) == ["hostA"]
+    installer.install([])
+    assert len(heard) == 2, "an empty batch touches no host and says nothing"
+    host_b.refuse = True
+    with pytest.raises(EnvironmentProblem, match="host hostB refused flow changes"):
+        installer.install([cross])
+    installer.close()
+    assert host_a.closed and host_b.closed
+
+
+def test_host_flows_events_say_each_hosts_time_and_the_spread():
+    from nestednet.model.events import (
+        HOST_FLOWS,
+        Event,
+        host_flows_fields,
+        host_flows_summary,
+        parse_event,
+    )
+
+    fields = host_flows_fields("add", 3, {"hostB": 0.0254, "hostA": 0.0211})
+    assert fields == {"op": "add", "links": 3, "hosts_ms": {"hostA": 21.1, "hostB": 25.4},
+                      "spread_ms": 4.3}
+    assert host_flows_fields("remove", 1, {"hostA": 0.01})["spread_ms"] == 0.0
+    line = Event(HOST_FLOWS, 1.0, extra=fields).to_dict()
+    assert parse_event(line, "events.jsonl line 1").extra["hosts_ms"] == fields["hosts_ms"]
+    events = [Event(HOST_FLOWS, 0.0, extra=host_flows_fields("add", 1, times))
+              for times in ({"a": 0.010, "b": 0.012}, {"a": 0.020, "b": 0.030}, {"a": 0.005})]
+    summary = host_flows_summary(events)
+    cross = summary["add"]["several_hosts"]
+    assert cross["batches"] == 2 and summary["add"]["one_host"]["batches"] == 1
+    assert (cross["all_ms"]["p50"], cross["all_ms"]["max"]) == (12.0, 30.0)
+    assert (cross["spread_ms"]["p50"], cross["spread_ms"]["p90"]) == (2.0, 10.0)

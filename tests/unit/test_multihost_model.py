@@ -289,3 +289,50 @@ def test_doctor_hosts_without_engine_or_ovsdb_says_what_to_add():
     checks = host_checks(pl.Host("hostA", "10.0.0.1"), "img")
     assert [(c.name, c.ok) for c in checks] == [("hostA engine", False), ("hostA ovs", False)]
     assert '"engine"' in checks[0].fix and '"ovsdb"' in checks[1].fix
+
+
+# --- the control net: one tunnel per host to the CA's machine ------------------------------
+
+
+@pytest.mark.unit
+def test_control_tunnels_one_per_host_with_nodes_above_every_pair_vni():
+    dp = plane(nodes=2)  # spread: n1 on hostA, n2 on hostB; hostC holds nothing
+    hs = hosts(*TWO, {"name": "hostC", "address": "10.0.0.3"}, vni=100)
+    ctl = tn.control_tunnels("lab", hs, dp.placement, "10.0.0.254")
+    assert [(t.host, t.host_ip, t.ca_ip) for t in ctl] == [
+        ("hostA", "10.0.0.1", "10.0.0.254"), ("hostB", "10.0.0.2", "10.0.0.254")]
+    assert [t.vni for t in ctl] == [100 + 4032, 100 + 4033]
+    # Above every host pair's VNI even with 64 hosts (2016 pairs), inside the lab's range.
+    assert min(t.vni for t in ctl) > 100 + 64 * 63 // 2 - 1
+    assert max(t.vni for t in ctl) < 100 + tn.VNI_PAIRS
+    assert not {t.vni for t in ctl} & {t.vni for ts in dp.tunnels.values() for t in ts}
+    assert [t.host_device for t in ctl] == ["lab-tc", "lab-tc"]  # one per host namespace
+    assert [t.ca_device for t in ctl] == ["lab-c0", "lab-c1"]  # all in one namespace here
+
+
+@pytest.mark.unit
+def test_control_tunnel_names_fit_and_differ_from_every_other_lab_interface():
+    shape = topo.Shape(9, 3)
+    hs = hosts(*({"name": f"h{i}", "address": f"10.1.0.{i + 1}"} for i in range(64)))
+    placement = {n: f"h{n * 7}" for n in range(1, 10)}
+    ctl = tn.control_tunnels("abcdefgh", hs, placement, "10.1.1.1")
+    data = tn.tunnels("abcdefgh", hs, placement)
+    veths = {topo.veth_name("abcdefgh", n, role, c) for n in shape.node_numbers()
+             for role in topo.VETH_ROLES for c in range(shape.iphys + 1)}
+    names = [t.ca_device for t in ctl] + [ctl[0].host_device]
+    assert all(len(n) <= topo.IFNAME_MAX for n in names)
+    assert len(set(names)) == len(names)
+    assert not set(names) & (veths | {t.name for ts in data.values() for t in ts}
+                             | {topo.control_bridge("abcdefgh"), topo.main_bridge("abcdefgh")})
+
+
+@pytest.mark.unit
+def test_control_tunnels_refuse_a_host_with_the_ca_machines_own_address():
+    with pytest.raises(UsageError, match="host hostB has the CA machine's own address"):
+        tn.control_tunnels("lab", hosts(*TWO), {1: "hostA", 2: "hostB"}, "10.0.0.2")
+
+
+@pytest.mark.unit
+def test_control_mtu_leaves_room_for_vxlan_only():
+    assert tn.control_mtu() == 1450 and tn.control_mtu(9000) == 8950
+    assert tn.inner_mtu() == tn.control_mtu() - tn.TAG_OVERHEAD
