@@ -246,23 +246,22 @@ def _wire(build: Build, node: int, pid: int) -> None:
     ids = {LAB_ID: lab, "org.nestednet.node": topo.node_name(node)}
     with netlink.route() as host:
         for index in range(plan.shape.iphys + 1):
-            port, inside = veth("intra-parent", index), veth("intra-child", index)
-            add_veth(host, build.record, port, inside, offloads=build.offloads.main)
-            netlink.move(host, inside, pid, intra_if(index))
+            port = veth("intra-parent", index)
+            add_veth(host, build.record, port, intra_if(index), offloads=build.offloads.main,
+                     peer_in=pid)
             netlink.up(host, port)
             comp_ids = {**ids, "org.nestednet.component": topo.component_name(index)}
             build.host_ovs.add_port(switch, port, external_ids=comp_ids)
             if index == 0:
-                outer, inside = veth("control-host", 0), veth("control-child", 0)
-                add_veth(host, build.record, outer, inside, offloads=True)
-                netlink.move(host, inside, pid, CONTROL_IF)
-                netlink.move(host, outer, topo.control_netns(lab))
+                outer = veth("control-host", 0)
+                add_veth(host, build.record, outer, CONTROL_IF, offloads=True,
+                         name_in=topo.control_netns(lab), peer_in=pid)
                 with netlink.route(topo.control_netns(lab)) as ctl:
                     netlink.configure(ctl, outer, master=topo.control_bridge(lab))
             else:
-                outer, inside = veth("inter-host", index), veth("inter-child", index)
-                add_veth(host, build.record, outer, inside, offloads=build.offloads.main)
-                netlink.move(host, inside, pid, inter_if(index))
+                outer = veth("inter-host", index)
+                add_veth(host, build.record, outer, inter_if(index),
+                         offloads=build.offloads.main, peer_in=pid)
                 netlink.up(host, outer)
                 build.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
                                         ofport=plan.port_number(node, index))

@@ -2,11 +2,14 @@
 
 Used when a node is built and again when a restarted component comes back with a
 fresh network namespace (its old veths died with the old one). Each veth pair is
-made in the host namespace (TX offloads on or off as the switch it joins needs:
-nestednet.datapath.VethOffloads; the control link joins a Linux bridge, so on), then each end
-moves (and is renamed) into its namespace. The end that moves last is recorded
-before the pair is made (write-ahead), so a crash at any instant leaves nothing in
-the host namespace that `cleanup` cannot find; deleting it removes its peer too.
+made with both ends already in their namespaces and under their final names (TX
+offloads on or off as the switch it joins needs: nestednet.datapath.VethOffloads; the
+control link joins a Linux bridge, so on): no end is moved afterwards, because a move
+holds the kernel's rtnl lock through an RCU grace period (netlink.add_veth). The end
+that stays on the host side is recorded before the pair is made (write-ahead), so a
+crash at any instant leaves nothing in the host namespace that `cleanup` cannot find;
+deleting it removes its peer too. The other pairs live only in namespaces of the lab's
+own containers and go with them.
 
 Wiring also makes a component ready to route (issue 17): the GNAB's loopback gets
 the node address, and the kernel settings a router needs are written from here,
@@ -108,16 +111,21 @@ def component_sysctls(component: int) -> dict[str, str]:
 
 
 def add_veth(host: netlink.IPRoute, record: LabRecord, name: str, peer: str, *,
-             offloads: bool, where: str = "host", netns: str | None = None) -> None:
-    """Record ``name`` (on host ``where``), then make the pair in ``host``'s namespace
-    ``netns``: refused (nothing recorded) when either name is taken, so a record never
-    names an interface someone else made."""
-    for taken in (n for n in (name, peer) if netlink.exists(host, n)):
+             offloads: bool, where: str = "host", netns: str | None = None,
+             name_in: netlink.Where = None, peer_in: netlink.Where = None) -> None:
+    """Record ``name`` (on host ``where``), then make the pair from ``host``'s namespace
+    ``netns``, each end made in its own namespace (``name_in``, ``peer_in``: None for
+    ``host``'s) under its final name. Refused (nothing recorded) when a name that would
+    land in ``host``'s namespace is taken, so a record never names an interface someone
+    else made; the ends made elsewhere go into namespaces of this lab's own containers."""
+    for taken in (n for n, place in ((name, name_in), (peer, peer_in))
+                  if place is None and netlink.exists(host, n)):
         raise EnvironmentProblem(f"cannot create veth {name}/{peer}: {taken} exists already"
                                  + ("" if where == "host" else f" on {where}"),
                                  hint="`nestednet cleanup` removes leftovers of crashed labs")
     record.add(VETH, name, where)
-    netlink.add_veth(host, name, peer, offloads=offloads, netns=netns)
+    netlink.add_veth(host, name, peer, offloads=offloads, netns=netns, a_in=name_in,
+                     b_in=peer_in)
 
 
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
@@ -127,27 +135,22 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     def name(role: str) -> str:
         return topo.veth_name(lab, node, role, component)
 
-    intra_parent, intra_child = name("intra-parent"), name("intra-child")
+    intra_parent = name("intra-parent")
     with netlink.route(h.host_netns) as host:
-        add_veth(host, h.record, intra_parent, intra_child, offloads=h.offloads.nodes,
-                 where=h.where, netns=h.host_netns)
-        netlink.move(host, intra_child, child_pid, topo.CHILD_INTRA_IF)
-        netlink.move(host, intra_parent, h.parent_pid)
+        add_veth(host, h.record, intra_parent, topo.CHILD_INTRA_IF, offloads=h.offloads.nodes,
+                 where=h.where, netns=h.host_netns, name_in=h.parent_pid, peer_in=child_pid)
         if component == 0:
-            outer, outer_child = name("control-host"), name("control-child")
-            add_veth(host, h.record, outer, outer_child, offloads=True, where=h.where,
-                     netns=h.host_netns)
-            netlink.move(host, outer_child, child_pid, topo.CHILD_CONTROL_IF)
+            outer = name("control-host")
+            add_veth(host, h.record, outer, topo.CHILD_CONTROL_IF, offloads=True,
+                     where=h.where, netns=h.host_netns, peer_in=child_pid,
+                     name_in=None if h.control_on_host else topo.control_netns(lab))
             if h.control_on_host:
                 netlink.configure(host, outer, master=topo.control_bridge(lab))
-            else:
-                netlink.move(host, outer, topo.control_netns(lab))
             outer_address, outer_mtu = h.plan.control_address(node), h.control_mtu
         else:
-            outer, outer_child = name("inter-host"), name("inter-child")
-            add_veth(host, h.record, outer, outer_child, offloads=h.offloads.main,
-                     where=h.where, netns=h.host_netns)
-            netlink.move(host, outer_child, child_pid, topo.CHILD_INTER_IF)
+            outer = name("inter-host")
+            add_veth(host, h.record, outer, topo.CHILD_INTER_IF, offloads=h.offloads.main,
+                     where=h.where, netns=h.host_netns, peer_in=child_pid)
             netlink.up(host, outer)
             outer_address, outer_mtu = h.plan.inter_address(node, component), h.inter_mtu
     netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(component))
