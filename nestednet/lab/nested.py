@@ -178,23 +178,11 @@ class NestedDesign(NodeDesign):
         index = lab.shape.check_component(component)
         if not path.exists():
             raise UsageError(f"{path} does not exist")
-        data = _archive(path)
         with lab.inner(number) as inner:
-            child = lab.child(inner, component)
-            if child.status == "running":
-                child.exec_run(["rm", "-rf", USER_CODE_DIR])
-            if not child.put_archive(USER_CODE_DIR.rsplit("/", 1)[0], data):
-                raise UsageError(f"copying {path} into {node} {component} failed")
-            result = {"node": node, "component": component, "copied": str(path),
-                      "to": USER_CODE_DIR, "restarted": False}
-            if not restart:
-                return result
-            child.restart(timeout=5)
-            child.reload()
-            inner_pid = int(child.attrs["State"]["Pid"])
-            sidecar = _sidecar(inner, component)
-            if sidecar is not None:  # it must join the restarted component's new namespace
-                sidecar.restart(timeout=5)
+            result, inner_pid = copy_code_in(inner, lab.child(inner, component), node,
+                                             component, path, restart=restart)
+        if inner_pid is None:
+            return result
         parent = lab.parent(number)
         parent_pid = int(parent.attrs["State"]["Pid"])
         plan = plan_from_dict(lab.shape, lab.meta["plan"])
@@ -212,8 +200,30 @@ class NestedDesign(NodeDesign):
         with lab.inner(number) as inner:
             _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
                            number, index, sidecar=_sidecar(inner, component) is not None)
-        result["restarted"] = True
         return result
+
+
+def copy_code_in(inner: docker.DockerClient, child, node: str, component: str, path: Path,
+                 *, restart: bool) -> tuple[dict, int | None]:
+    """`swap`'s first half, for every design with a child per component: ``path`` into
+    the child's USER_CODE_DIR, then, with ``restart``, the child (and its sidecar)
+    restarted. Returns swap's result and the child's new pid in the parent (None when not
+    restarted); a restarted child has a fresh network namespace, to be wired again."""
+    if child.status == "running":
+        child.exec_run(["rm", "-rf", USER_CODE_DIR])
+    if not child.put_archive(USER_CODE_DIR.rsplit("/", 1)[0], _archive(path)):
+        raise UsageError(f"copying {path} into {node} {component} failed")
+    result = {"node": node, "component": component, "copied": str(path),
+              "to": USER_CODE_DIR, "restarted": False}
+    if not restart:
+        return result, None
+    child.restart(timeout=5)
+    child.reload()
+    sidecar = _sidecar(inner, component)
+    if sidecar is not None:  # it must join the restarted component's new namespace
+        sidecar.restart(timeout=5)
+    result["restarted"] = True
+    return result, int(child.attrs["State"]["Pid"])
 
 
 def start_children(build: Build, inner: docker.DockerClient, node: int) -> dict[int, int]:

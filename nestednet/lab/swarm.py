@@ -21,7 +21,10 @@ Partial (docs/multihost.md): only hosts emulated on this machine can be driven.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -42,10 +45,10 @@ from nestednet.lab.design import (
     make_control_namespace,
     run_in_child,
 )
-from nestednet.lab.nested import start_children
+from nestednet.lab.nested import copy_code_in, start_children
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.lab.record import LabRecord
-from nestednet.lab.wiring import LAB_ID, NodeHandles, wire_component
+from nestednet.lab.wiring import LAB_ID, NodeHandles, unwire_component, wire_component
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -171,10 +174,7 @@ class SwarmDesign(NodeDesign):
             node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
                                 external_ids={LAB_ID: lab}, fail_mode="standalone")
             pids = netlink.host_pids(parent_pid, list(children.values()))
-            handles = NodeHandles(lab, node, parent_pid, node_ovs, host.ovs, build.plan,
-                                  build.record, OFFLOADS, host_netns=host.netns,
-                                  where=host.name, control_on_host=True,
-                                  inter_mtu=inner_mtu(), control_mtu=control_mtu())
+            handles = _handles(build.record, node, parent_pid, node_ovs, host, build.plan)
             for index, pid in children.items():
                 try:
                     wire_component(handles, index, pids[pid])
@@ -231,8 +231,10 @@ class SwarmDesign(NodeDesign):
             for index, component in enumerate(lab.shape.components())]
         return entry
 
-    def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
-                out: Write, err: Write) -> int:
+    @contextlib.contextmanager
+    def _child(self, lab: Lab, node: str, component: str
+               ) -> Iterator[tuple[mh.HostHandle, Any, docker.DockerClient, Any]]:
+        """(host, parent, inner engine, child) of a component whose node is alive."""
         number = lab.shape.check_node(node)
         lab.shape.check_component(component)
         host = self._host(lab, number)
@@ -247,9 +249,14 @@ class SwarmDesign(NodeDesign):
                 child = inner.containers.get(component)
             except docker.errors.NotFound as exc:
                 raise EnvironmentProblem(f"component {component} not found in {node}") from exc
-            return run_in_child(inner, child, node, component, command, out, err)
+            yield host, parent, inner, child
         finally:
             inner.close()
+
+    def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
+                out: Write, err: Write) -> int:
+        with self._child(lab, node, component) as (_host, _parent_task, inner, child):
+            return run_in_child(inner, child, node, component, command, out, err)
 
     def dead_nodes(self, lab: Lab) -> set[int]:
         return {n for n in lab.shape.node_numbers()
@@ -259,7 +266,28 @@ class SwarmDesign(NodeDesign):
 
     def swap(self, lab: Lab, node: str, component: str, path: Path, *,
              restart: bool) -> dict:
-        raise UsageError("swap is not available in labs over several hosts yet")
+        """As in a nested lab (nestednet.lab.nested.copy_code_in); a restarted component
+        is wired again on its node's host (same names, addresses and ports: links
+        survive)."""
+        number = lab.shape.check_node(node)
+        index = lab.shape.check_component(component)
+        if not path.exists():
+            raise UsageError(f"{path} does not exist")
+        with self._child(lab, node, component) as (host, parent, inner, child):
+            result, inner_pid = copy_code_in(inner, child, node, component, path,
+                                             restart=restart)
+        if inner_pid is None:
+            return result
+        pid_there = int(parent.attrs["State"]["Pid"])
+        parent_pid = netlink.host_pids(host.pid, [pid_there])[pid_there]
+        plan = plan_from_dict(lab.shape, lab.meta["plan"])
+        state = host.state_here / topo.parent_container(lab.record.lab, number)
+        with Ovsdb(f"unix:{state}/ovs/db.sock") as node_ovs:
+            handles = _handles(lab.record, number, parent_pid, node_ovs, host, plan)
+            unwire_component(handles, index)
+            pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+            wire_component(handles, index, pid)
+        return result
 
     def links(self, record: LabRecord) -> mh.HostLinks:
         meta = record.meta()
@@ -274,6 +302,17 @@ class SwarmDesign(NodeDesign):
             return []
         return mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
                                   record.resources(), docker_engine.connect(), dry_run)
+
+
+def _handles(record: LabRecord, node: int, parent_pid: int, node_ovs: Ovsdb,
+             host: mh.HostHandle, plan: AddressPlan) -> NodeHandles:
+    """Wiring's view of a swarm node: its host's namespace and OVS are its host side,
+    its GNAB's control end stays on the host's control bridge, MTUs leave room for the
+    tunnels."""
+    return NodeHandles(record.lab, node, parent_pid, node_ovs, host.ovs, plan, record,
+                       OFFLOADS, host_netns=host.netns, where=host.name,
+                       control_on_host=True, inter_mtu=inner_mtu(),
+                       control_mtu=control_mtu())
 
 
 def _parent(host: mh.HostHandle, lab: str, name: str):

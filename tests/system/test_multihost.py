@@ -3,6 +3,7 @@
 h0, even on h1), Swarm starts the parents, a VXLAN tunnel joins the hosts' main
 bridges, a control VXLAN per host joins the GNABs to the CA's namespace here; `link
 add/del` (plain and `--rate 20Mbit`), `status`, `exec` (GNABs included), `link list`,
+`swap --restart` (re-wired on the node's host),
 a CA playing scenarios whose links cross hosts (stepped by hand with Algorithm 1's
 invariants checked, and through `nestednet run`), `delete`, and `cleanup` after a
 create killed mid-way.
@@ -223,6 +224,7 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         cli_run = _cli_run(tmp_path, hosts.names)
         shaped_run = _ca_shapes_across_hosts(tmp_path, hosts)
         ca_bench = _ca_step_bench(tmp_path)
+        _swap_rewires_on_the_nodes_host(tmp_path)
         print(f"load before {load_before} after {uptime()}\n{steps}\n{diagnosis}\n"
               f"{played}\n{cli_run}\n{shaped_run}\n{ca_bench}\n"
               f"create (CLI, 6x2 over 2 hosts) {create_s:.1f} s; "
@@ -392,6 +394,31 @@ def _ca_shapes_across_hosts(tmp_path: Path, hosts) -> str:
                 if r is not None and r[1] == tc.OUR_ROOT}
         assert left == {}, f"{handle.name} kept shaping trees: {left}"
     return f"CA shaping across hosts (rate-only): kernel rates per step {rates}"
+
+
+def _swap_rewires_on_the_nodes_host(tmp_path: Path) -> None:
+    """`swap --restart` of an iPHY and of a GNAB on host h1: the new code runs, the
+    restarted component is wired again there (a cross-host link to the iPHY carries
+    packets again; the GNAB reaches the CA and its iPHYs again)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text(
+        "import signal, sys, time\n"
+        "open('/tmp/swapped', 'w').write('new code')\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        "while True: time.sleep(1)\n")
+    assert nn("link", "add", "--lab", LAB, "n1:iphy1", "n2:iphy1").returncode == 0
+    try:
+        for component in ("iphy1", "gnab"):
+            done = nn("swap", "--lab", LAB, "n2", component, str(code), "--restart")
+            assert done.returncode == 0, done.stderr
+            shown = nn("exec", "--lab", LAB, "n2", component, "--", "cat", "/tmp/swapped")
+            assert shown.stdout == "new code", shown
+        assert ping(1, 1, addr(2, 1)) == 3, "the cross-host link survives the iPHY's restart"
+        assert gnab_ping(2, str(PLAN.ca_address().ip)) == 2
+        assert gnab_ping(2, str(PLAN.intra_address(1).ip)) == 2
+    finally:
+        nn("link", "del", "--lab", LAB, "n1:iphy1", "n2:iphy1")
 
 
 def _ca_step_bench(tmp_path: Path, steps: int = 40) -> str:
