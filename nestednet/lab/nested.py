@@ -15,7 +15,6 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from pyroute2 import NetlinkError
 
 from nestednet import images
 from nestednet.adapters import docker_engine, netlink
@@ -40,7 +39,7 @@ from nestednet.lab.design import (
 )
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import CONTAINER
-from nestednet.lab.wiring import LAB_ID, NodeHandles, enlarge_port_buffers, wire_component
+from nestednet.lab.wiring import NodeHandles, enlarge_port_buffers, wire_node
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 from nestednet.routing import strategies
@@ -111,18 +110,9 @@ class NestedDesign(NodeDesign):
                 children = start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent_pid = int(parent.attrs["State"]["Pid"])
-                node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
-                                    external_ids={LAB_ID: lab}, fail_mode="standalone")
-                pids = netlink.host_pids(parent_pid, list(children.values()))
-                handles = NodeHandles(lab, node, parent_pid, node_ovs, build.host_ovs,
-                                      build.plan, build.record, build.offloads)
-                for index, inner_pid in children.items():
-                    try:
-                        wire_component(handles, index, pids[inner_pid])
-                    except NetlinkError as exc:
-                        raise EnvironmentProblem(
-                            f"wiring {topo.component_name(index)} of node n{node} failed: "
-                            f"{exc}") from exc
+                wire_node(NodeHandles(lab, node, parent_pid, node_ovs, build.host_ovs,
+                                      build.plan, build.record, build.offloads),
+                          build.datapath, children)
                 if reads_ports_by_socket(build.datapath):
                     enlarge_port_buffers(parent_pid, len(children), [
                         topo.veth_name(lab, node, "inter-host", i) for i in children if i])

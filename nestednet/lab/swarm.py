@@ -28,7 +28,6 @@ from typing import Any
 
 import docker
 import docker.errors
-from pyroute2 import NetlinkError
 
 from nestednet import images
 from nestednet.adapters import docker_engine, netlink
@@ -48,7 +47,7 @@ from nestednet.lab.design import (
 from nestednet.lab.nested import copy_code_in, start_children
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.lab.record import LabRecord
-from nestednet.lab.wiring import LAB_ID, NodeHandles, unwire_component, wire_component
+from nestednet.lab.wiring import LAB_ID, NodeHandles, unwire_component, wire_component, wire_node
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -171,17 +170,8 @@ class SwarmDesign(NodeDesign):
         lab = build.request.lab
         state = host.state_here / topo.parent_container(lab, node)
         with Ovsdb(f"unix:{state}/ovs/db.sock") as node_ovs:
-            node_ovs.add_bridge(topo.node_bridge(lab), datapath_type=build.datapath,
-                                external_ids={LAB_ID: lab}, fail_mode="standalone")
-            pids = netlink.host_pids(parent_pid, list(children.values()))
-            handles = _handles(build.record, node, parent_pid, node_ovs, host, build.plan)
-            for index, pid in children.items():
-                try:
-                    wire_component(handles, index, pids[pid])
-                except NetlinkError as exc:
-                    raise EnvironmentProblem(
-                        f"wiring {topo.component_name(index)} of node n{node} on host "
-                        f"{host.name} failed: {exc}") from exc
+            wire_node(_handles(build.record, node, parent_pid, node_ovs, host, build.plan),
+                      build.datapath, children)
 
     def close(self) -> None:
         # The archive stays (one per image id): the next create loads it without a save.

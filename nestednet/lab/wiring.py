@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyroute2 import NetlinkError
+
 from nestednet.adapters import netlink, packet_sockets
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.datapath import PORT_RCVBUF_BYTES, VethOffloads
@@ -175,6 +177,21 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     else:
         h.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=_ids(h, component),
                             ofport=h.plan.port_number(node, component))
+
+
+def wire_node(h: NodeHandles, datapath: str, children: dict[int, int]) -> None:
+    """A node's internal bridge, then each component (index -> its pid in the parent's
+    pid namespace); a netlink refusal is named with its component, node and host."""
+    h.node_ovs.add_bridge(topo.node_bridge(h.lab), datapath_type=datapath,
+                          external_ids={LAB_ID: h.lab}, fail_mode="standalone")
+    pids = netlink.host_pids(h.parent_pid, list(children.values()))
+    for index, inner_pid in children.items():
+        try:
+            wire_component(h, index, pids[inner_pid])
+        except NetlinkError as exc:
+            where = "" if h.where == "host" else f" on host {h.where}"
+            raise EnvironmentProblem(f"wiring {topo.component_name(index)} of node "
+                                     f"n{h.node}{where} failed: {exc}") from exc
 
 
 def unwire_component(h: NodeHandles, component: int) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import emulated_hosts
 import pytest
 from ca_checks import check_table, play_checked, wait
+from labs import swap_code
 
 from nestednet import images
 from nestednet.adapters import netlink, tc
@@ -400,13 +401,7 @@ def _swap_rewires_on_the_nodes_host(tmp_path: Path) -> None:
     """`swap --restart` of an iPHY and of a GNAB on host h1: the new code runs, the
     restarted component is wired again there (a cross-host link to the iPHY carries
     packets again; the GNAB reaches the CA and its iPHYs again)."""
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "main.py").write_text(
-        "import signal, sys, time\n"
-        "open('/tmp/swapped', 'w').write('new code')\n"
-        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
-        "while True: time.sleep(1)\n")
+    code = swap_code(tmp_path / "code")
     assert nn("link", "add", "--lab", LAB, "n1:iphy1", "n2:iphy1").returncode == 0
     try:
         for component in ("iphy1", "gnab"):

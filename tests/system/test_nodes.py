@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from labs import swap_code
 
 from nestednet import images
 from nestednet.adapters import netns_exec
@@ -208,13 +209,7 @@ def test_killing_one_component_leaves_siblings_running(lab):
 
 @pytest.mark.system
 def test_swap_restarts_only_that_component_and_rewires_it(lab, tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "main.py").write_text(
-        "import signal, sys, time\n"
-        "open('/tmp/swapped', 'w').write('new code')\n"
-        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
-        "while True: time.sleep(1)\n")
+    code = swap_code(tmp_path / "code")
     sibling_start = _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}", "iphy1").strip()
     assert nn("link", "add", "--lab", lab, "n1:iphy2", "n2:iphy2").returncode == 0
     try:
