@@ -8,8 +8,9 @@ a CA playing scenarios whose links cross hosts (stepped by hand with Algorithm 1
 invariants checked, and through `nestednet run`), `delete`, and `cleanup` after a
 create killed mid-way.
 
-Marked `multihost` (and `system`); run with `scripts/test multihost`, not in
-`make test`: it starts two Docker engines and loads a 542 MB image into each."""
+Marked `multihost` (and `system`); `make test` runs it as its own stage (about 3
+minutes: it starts two Docker engines and loads a 542 MB image into each), and
+`scripts/test multihost` runs it alone."""
 
 from __future__ import annotations
 
