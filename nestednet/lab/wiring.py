@@ -64,7 +64,7 @@ class NodeHandles:
     where: str = "host"
     """The host's name in the lab record ("host": this machine)."""
     control_on_host: bool = False
-    """False: the GNAB's control end moves into the lab's control namespace here, on the
+    """False: the GNAB's control end is made in the lab's control namespace here, on the
     CA's bridge. True (multi-host): it stays on its host, on that host's control bridge,
     which a tunnel joins to the CA (nestednet.lab.multihost.make_control_net)."""
     inter_mtu: int | None = None
