@@ -188,8 +188,12 @@ def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False,
             return {}
         if isinstance(where, int):
             return {"net_ns_pid": where}
-        fds.append(os.open(where if where.startswith("/") else f"/run/netns/{where}",
-                           os.O_RDONLY))
+        path = where if where.startswith("/") else f"/run/netns/{where}"
+        try:
+            fds.append(os.open(path, os.O_RDONLY))
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot make veth {a}/{b}: network namespace {where} "
+                                     f"is not there ({exc.strerror})") from exc
         return {"net_ns_fd": fds[-1]}
 
     try:
