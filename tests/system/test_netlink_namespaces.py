@@ -3,6 +3,7 @@ multi-host lab's wiring does on a host's namespace), on the real kernel."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 
 import pytest
@@ -42,3 +43,39 @@ def test_a_veth_made_in_another_namespace_gets_its_offloads_set_there(namespace,
         assert not netlink.exists(here, a), "made in the other namespace only"
     states = netlink.in_namespace(namespace, lambda: (_tx_checksum(a), _tx_checksum(b)))
     assert states == (offloads, offloads)
+
+
+@pytest.fixture
+def second_namespace():
+    name = f"nnt-ns{uuid.uuid4().hex[:6]}"
+    netlink.create_netns(name)
+    try:
+        yield name
+    finally:
+        netlink.remove_netns(name)
+
+
+@pytest.mark.parametrize("offloads", [False, True])
+def test_each_end_is_made_in_its_namespace_under_its_final_name(namespace, second_namespace,
+                                                                 offloads):
+    """What wiring does instead of moving ends: one end in a named namespace, the other in
+    a process's (given by pid), none in the namespace that made them, offloads set where
+    each end lives."""
+    tag = uuid.uuid4().hex[:5]
+    a, b = f"nnt{tag}a", "eth-final"
+    holder = netlink.in_namespace(second_namespace,
+                                  lambda: subprocess.Popen(["sleep", "30"]))
+    try:
+        with netlink.route() as here:
+            netlink.add_veth(here, a, b, offloads=offloads, a_in=namespace, b_in=holder.pid)
+            assert not netlink.exists(here, a) and not netlink.exists(here, b)
+        with netlink.route(namespace) as first:
+            assert netlink.exists(first, a)
+        with netlink.route(netlink.netns_path(holder.pid)) as second:
+            assert netlink.exists(second, b)
+        assert netlink.in_namespace(namespace, lambda: _tx_checksum(a)) == offloads
+        assert netlink.in_namespace(netlink.netns_path(holder.pid),
+                                    lambda: _tx_checksum(b)) == offloads
+    finally:
+        holder.kill()
+        holder.wait()
