@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import netlink
+from nestednet.bench.common import cpu_busy_percent
+from nestednet.bench.memory import whole_node_mb
 from nestednet.lab.nodes import Lab
 
 CLI = str(Path(sys.executable).parent / "nestednet")
@@ -33,18 +35,6 @@ RUNS = Path("/var/lib/nestednet/runs")
 
 def nn(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CLI, *args], capture_output=True, text=True, check=False)
-
-
-def busy_share(seconds: float) -> float:
-    """Percent of all cores busy over ``seconds`` (from /proc/stat)."""
-    def read() -> tuple[int, int]:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
-        idle = fields[3] + fields[4]
-        return sum(fields) - idle, sum(fields)
-    busy0, total0 = read()
-    time.sleep(seconds)
-    busy1, total1 = read()
-    return round(100 * (busy1 - busy0) / (total1 - total0), 1)
 
 
 def agents_view(lab: Lab) -> dict:
@@ -93,11 +83,11 @@ def main() -> None:
     out["create_phases"] = done.stdout[done.stdout.find("phase"):].strip()
     try:
         lab = Lab.open(args.lab)
-        status = json.loads(nn("status", "--lab", args.lab, "--json").stdout)
-        memory = [n["memory_mb"] for n in status["nodes"] if n.get("memory_mb")]
+        memory = [mb for mb in (whole_node_mb(lab, n) for n in lab.shape.node_numbers())
+                  if mb is not None]
         out["memory_mb_per_node"] = {"median": statistics.median(memory),
                                      "min": min(memory), "max": max(memory)}
-        out["idle_busy_percent"] = [busy_share(30) for _ in range(3)]
+        out["idle_busy_percent"] = [cpu_busy_percent(30) for _ in range(3)]
         out["agents_idle"] = agents_view(lab)
         before = set(RUNS.glob(f"{args.lab}-*")) if RUNS.exists() else set()
         done = nn("run", scenario, "--lab", args.lab, "--json")
