@@ -3,6 +3,7 @@ multi-host lab's wiring does on a host's namespace), on the real kernel."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import uuid
 
@@ -14,14 +15,20 @@ from nestednet.adapters import netlink
 pytestmark = pytest.mark.system
 
 
-@pytest.fixture
-def namespace():
+@contextlib.contextmanager
+def scratch_namespace():
     name = f"nnt-ns{uuid.uuid4().hex[:6]}"
     netlink.create_netns(name)
     try:
         yield name
     finally:
         netlink.remove_netns(name)
+
+
+@pytest.fixture
+def namespace():
+    with scratch_namespace() as name:
+        yield name
 
 
 def _tx_checksum(ifname: str) -> bool:
@@ -47,12 +54,8 @@ def test_a_veth_made_in_another_namespace_gets_its_offloads_set_there(namespace,
 
 @pytest.fixture
 def second_namespace():
-    name = f"nnt-ns{uuid.uuid4().hex[:6]}"
-    netlink.create_netns(name)
-    try:
+    with scratch_namespace() as name:
         yield name
-    finally:
-        netlink.remove_netns(name)
 
 
 @pytest.mark.parametrize("offloads", [False, True])
