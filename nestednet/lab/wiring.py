@@ -200,8 +200,7 @@ def unwire_component(h: NodeHandles, component: int) -> None:
     if component > 0:
         h.host_ovs.del_port(topo.veth_name(h.lab, h.node, "inter-host", component))
     with netlink.route(h.host_netns) as host:
-        for role in ("inter-host", "intra-parent", "control-host", "intra-child",
-                     "inter-child", "control-child"):
+        for role in ("inter-host", "intra-parent", "control-host"):
             netlink.delete(host, topo.veth_name(h.lab, h.node, role, component))
 
 
