@@ -1,14 +1,16 @@
 """A lab over two hosts emulated on this machine (issue #16), driven through the CLI:
-`nestednet create --hosts FILE --routing direct` places 6 nodes x 2 iPHYs with `spread`
-(odd nodes on h0, even on h1), Swarm starts the parents, a VXLAN tunnel joins the hosts' main
+`nestednet create --hosts FILE` places 6 nodes x 2 iPHYs with `spread` (odd nodes on
+h0, even on h1), Swarm starts the parents, a VXLAN tunnel joins the hosts' main
 bridges, a control VXLAN per host joins the GNABs to the CA's namespace here; `link
 add/del` (plain and `--rate 20Mbit`), `status`, `exec` (GNABs included), `link list`,
 `swap --restart` (re-wired on the node's host),
 a CA playing scenarios whose links cross hosts (stepped by hand with Algorithm 1's
-invariants checked, and through `nestednet run`, whose direct routes are recorded),
-`delete`, and `cleanup` after a create killed mid-way. A second lab takes the nested
-labs' options over the two hosts: `--cpus`, `--memory`, `--image` and `--routing babel`
-(a route two hops away, across both hosts).
+invariants checked, and through `nestednet run`), `delete`, and `cleanup` after a
+create killed mid-way. A second lab takes the nested labs' options over the two hosts:
+`--cpus`, `--memory`, `--image` and `--routing babel` (a route two hops away, across
+both hosts); a third, `--routing direct` in a run. The first lab routes with `none`, so
+its CA step bench stays comparable between runs (with `direct`, each link change also
+starts `ip` processes in the agents: docs/multihost.md section 4c).
 
 Marked `multihost` (and `system`); `make test` runs it as its own stage (about 3
 minutes: it starts two Docker engines and loads a 542 MB image into each), and
@@ -52,6 +54,7 @@ pytestmark = [pytest.mark.system, pytest.mark.multihost]
 LAB = "mhcli"
 CRASH = "mhcrash"
 OPTIONS = "mhopt"
+DIRECT = "mhdirect"
 USER_IPHY_IMAGE = "nestednet-test/user-iphy:swarm"
 CLI = str(Path(sys.executable).parent / "nestednet")
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +77,8 @@ def hosts():
     try:
         yield emulated
     finally:
-        for lab in (LAB, CRASH, OPTIONS):  # a failed test must not leave a record pointing at them
+        # A failed test must not leave a record pointing at them.
+        for lab in (LAB, CRASH, OPTIONS, DIRECT):
             if LabRecord(lab).exists():
                 nn("delete", "--lab", lab)
         emulated.close()
@@ -156,7 +160,7 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
     load_before = uptime()
     t0 = time.monotonic()
     done = nn("create", "--lab", LAB, "-n", "6", "-m", "2", "--hosts", str(hosts_file),
-              "--routing", "direct", "--timings")
+              "--timings")
     create_s = time.monotonic() - t0
     assert done.returncode == 0, done.stderr
     print(done.stdout)
@@ -349,8 +353,7 @@ def _ca_plays_across_hosts(tmp_path: Path) -> str:
 
 def _cli_run(tmp_path: Path, names: list[str]) -> str:
     """`nestednet run` on the lab: the scenario plays; its events say how long each host
-    took and the spread between them; under `--routing direct` the GNAB agents route to
-    their linked peers across hosts, and the run records it; no flow is left."""
+    took and the spread between them; no flow is left."""
     events = tmp_path / "cli.jsonl"
     done = nn("run", str(ROOT / "scenarios" / "small-4x2.json"), "--lab", LAB, "--speed",
               "10", "--events", str(events), "--json", timeout=300)
@@ -363,13 +366,7 @@ def _cli_run(tmp_path: Path, names: list[str]) -> str:
     assert touched and all(hosts <= set(names) for hosts in touched)
     assert set(names) in touched, "a batch of cross-host links changes both hosts"
     assert json.loads(nn("link", "list", "--lab", LAB, "--json").stdout) == []
-    # Step 0 links n1 (on h0) and n2 (on h1): each GNAB adds a route to the other.
-    routes = {(e.nodes[0], e.extra["op"], e.extra["dst"]) for e in read_events(events)
-              if e.event == "route"}
-    assert summary["routing"] == "direct"
-    assert {("n1", "add", "10.100.0.2/32"), ("n2", "add", "10.100.0.1/32")} <= routes, routes
-    return (f"nestednet run: {summary['links_up']} links, host_flows {summary['host_flows']}"
-            f", routes (direct) {summary['routes']}")
+    return f"nestednet run: {summary['links_up']} links, host_flows {summary['host_flows']}"
 
 
 def _ca_shapes_across_hosts(tmp_path: Path, hosts) -> str:
@@ -609,6 +606,52 @@ def _babel_run(tmp_path: Path) -> str:
     assert ("n1", "add", f"{PLAN.node_address(3).ip}/32") in routes, routes
     assert ("n3", "add", f"{PLAN.node_address(1).ip}/32") in routes, routes
     return f"nestednet run (babel): routes {summary['routes']}"
+
+
+def test_direct_routing_in_a_run_over_two_hosts(hosts, hosts_file, tmp_path):
+    """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1): in a `nestednet
+    run` that links them, each GNAB agent routes to the other's node address through the
+    cross-host link (the run's route events, read in the GNABs through their hosts), and
+    n1's GNAB reaches n2's node address while the link is up."""
+    t0 = time.monotonic()
+    done = nn("create", "--lab", DIRECT, "-n", "2", "-m", "1", "--hosts", str(hosts_file),
+              "--routing", "direct")
+    create_s = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
+    try:
+        path = tmp_path / "pair.json"
+        path.write_text(json.dumps({
+            "format": "nestednet-scenario/1", "name": "pair-2x1", "duration": 6, "iphys": 1,
+            "nodes": [{"name": f"n{k}", "id": k} for k in (1, 2)],
+            "steps": [{"time": 0, "visible": [["n1", "n2"]]}]}))
+        events = tmp_path / "pair.jsonl"
+        started = time.monotonic()
+        run = subprocess.Popen([CLI, "run", str(path), "--lab", DIRECT, "--events",
+                                str(events), "--json"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        reached = None
+        deadline = time.monotonic() + 90
+        while reached is None and run.poll() is None and time.monotonic() < deadline:
+            if nn("exec", "--lab", DIRECT, "n1", "gnab", "--", "ping", "-c", "1", "-W", "1",
+                  str(PLAN.node_address(2).ip)).returncode == 0:
+                reached = time.monotonic() - started
+            else:
+                time.sleep(0.2)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        summary = json.loads(out)
+        routes = {(e.nodes[0], e.extra["op"], e.extra["dst"]) for e in read_events(events)
+                  if e.event == "route"}
+        assert summary["routing"] == "direct" and summary["links_up"] == 1, summary
+        assert {("n1", "add", f"{PLAN.node_address(2).ip}/32"),
+                ("n2", "add", f"{PLAN.node_address(1).ip}/32")} <= routes, routes
+        assert reached is not None, "n1 never reached n2's node address during the run"
+        print(f"direct over two hosts: create {create_s:.1f} s; n1 reached n2's node "
+              f"address {reached:.1f} s after the run started; routes {summary['routes']}")
+    finally:
+        done = nn("delete", "--lab", DIRECT)
+    assert done.returncode == 0, done.stderr
+    assert mh.leftovers(DIRECT, hosts.manager, hosts.handles.values()) == []
 
 
 def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, hosts_file):
