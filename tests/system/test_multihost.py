@@ -12,7 +12,7 @@ both hosts); a third, `--routing direct` in a run. The first lab routes with `no
 its CA step bench stays comparable between runs (with `direct`, each link change also
 starts `ip` processes in the agents: docs/multihost.md section 4c).
 
-Marked `multihost` (and `system`); `make test` runs it as its own stage (about 3
+Marked `multihost` (and `system`); `make test` runs it as its own stage (about 5
 minutes: it starts two Docker engines and loads a 542 MB image into each), and
 `scripts/test multihost` runs it alone."""
 
