@@ -199,6 +199,17 @@ class NodeDesign(abc.ABC):
         """Remove the recorded resources that are not on this machine (`delete`)."""
         return []
 
+    def gnab_pid(self, lab: Lab, number: int) -> int:
+        """The pid here of node ``number``'s GNAB, whose network namespace holds the node's
+        routes (`run` watches them: nestednet.lab.route_watch). This default is a nested
+        node on this machine: a child of its parent in this machine's engine; designs
+        whose nodes live elsewhere say how to reach it."""
+        with lab.inner(number) as inner:
+            child = lab.child(inner, topo.component_name(0))
+            inner_pid = int(child.attrs["State"]["Pid"])
+        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
+        return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+
     @abc.abstractmethod
     def build_node(self, build: Build, node: int) -> None:
         """Make node ``node``: record every resource before creating it."""

@@ -17,21 +17,22 @@ from collections.abc import Callable
 from ipaddress import IPv4Network
 
 from nestednet.adapters import netlink
+from nestednet.lab import designs
 from nestednet.lab.nodes import Lab
-from nestednet.model import topology as topo
 from nestednet.model.addressing import plan_from_dict
 
 OnChange = Callable[[int, dict, float], None]
 """Called with (lab node number, change, Unix time) from the watcher's thread."""
 
 
-def gnab_pid(lab: Lab, number: int) -> int:
-    """The host pid of node ``number``'s GNAB (its network namespace is the node's view)."""
-    with lab.inner(number) as inner:
-        child = lab.child(inner, topo.component_name(0))
-        inner_pid = int(child.attrs["State"]["Pid"])
-    parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
-    return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+def gnab_pids(lab: Lab) -> dict[int, int]:
+    """Node number -> pid here of its GNAB (its network namespace is the node's view),
+    found the lab's design's way (on this machine, or through the node's host)."""
+    design = designs.of(lab.meta)
+    try:
+        return {number: design.gnab_pid(lab, number) for number in lab.shape.node_numbers()}
+    finally:
+        design.close()
 
 
 class RouteWatch:
@@ -46,8 +47,8 @@ class RouteWatch:
         self._thread: threading.Thread | None = None
 
     def start(self) -> RouteWatch:
-        for number in self.lab.shape.node_numbers():
-            sock = netlink.route_monitor(netlink.netns_path(gnab_pid(self.lab, number)))
+        for number, pid in gnab_pids(self.lab).items():
+            sock = netlink.route_monitor(netlink.netns_path(pid))
             self._sockets[sock] = number
         self._thread = threading.Thread(target=self._read, name="nestednet-routes",
                                         daemon=True)

@@ -16,6 +16,13 @@ control bridge, which one VXLAN per host joins to the CA's control namespace on 
 machine (multihost.make_control_net). So `nestednet run` plays scenarios on it, its CA
 installing each step's flows on every host (nestednet.ca.flows.HostsInstaller).
 
+The options of one-host nested labs take the nested design's own paths: `--cpus` and
+`--memory` are per-component limits on the children (nested.start_children); users'
+images (`--image`) are loaded into every parent's inner engine as the component image
+is, with the nested design's sidecars; `--routing` starts the strategy's daemons after
+wiring (nested._start_routing), and `run` watches each GNAB's routes in its namespace
+on its host (`gnab_pid`, nestednet.lab.route_watch).
+
 Partial (docs/multihost.md): only hosts emulated on this machine can be driven.
 """
 
@@ -44,7 +51,13 @@ from nestednet.lab.design import (
     make_control_namespace,
     run_in_child,
 )
-from nestednet.lab.nested import copy_code_in, start_children
+from nestednet.lab.nested import (
+    _load_user_images,
+    _sidecar,
+    _start_routing,
+    copy_code_in,
+    start_children,
+)
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.lab.record import LabRecord
 from nestednet.lab.wiring import LAB_ID, NodeHandles, unwire_component, wire_component, wire_node
@@ -58,6 +71,7 @@ from nestednet.model.tunnels import (
     control_tunnels,
     inner_mtu,
 )
+from nestednet.routing import strategies
 
 PARENT_SECURITY = "swarm-service"
 """Parents are Swarm services: cap_add ALL, cap_drop SYS_RESOURCE, default seccomp."""
@@ -85,6 +99,8 @@ class SwarmDesign(NodeDesign):
     kind = "swarm"
     title = "multi-host "
     phases = ("parents", "inner daemons", "children", "wiring")
+    routings = tuple(strategies.STRATEGIES)
+    user_images = True
 
     def __init__(self) -> None:
         self.hosts: dict[str, mh.HostHandle] = {}
@@ -92,6 +108,7 @@ class SwarmDesign(NodeDesign):
         self.dp: DataPlane | None = None
         self.archive: Path | None = None
         self.control: list[ControlTunnel] = []
+        self.user_archives: list[Path] = []
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -102,9 +119,6 @@ class SwarmDesign(NodeDesign):
     def check_request(self, request: CreateRequest, shape: topo.Shape) -> None:
         if request.hosts is None:
             raise UsageError("swarm labs need --hosts FILE")
-        for given, option in ((request.cpus, "--cpus"), (request.memory_mb, "--memory")):
-            if given is not None:
-                raise UsageError(f"{option} is not available in labs over several hosts yet")
         placement_of(request, shape)
 
     def extra_meta(self, request: CreateRequest, shape: topo.Shape) -> dict:
@@ -133,6 +147,9 @@ class SwarmDesign(NodeDesign):
                                  f"{', '.join(taken[:5])}",
                                  hint="delete that lab, or pick another --lab name")
         self.archive = images.component_archive(build.client)
+        # One archive per image however many roles run it: each is loaded once per node.
+        self.user_archives = [images.image_archive(build.client, ref)
+                              for ref in dict.fromkeys(ref for _role, ref in request.images)]
         self.control = control_tunnels(request.lab, request.hosts, placement,
                                        mh.ca_underlay_address(request.hosts, placement))
 
@@ -158,9 +175,14 @@ class SwarmDesign(NodeDesign):
             with build.phase("children", node):
                 with open(self.archive, "rb") as tar:
                     inner.images.load(tar)
+                _load_user_images(self.user_archives, inner)
                 children = start_children(build, inner, node)
             with build.phase("wiring", node):
                 self._wire(build, host, node, parent_pid, children)
+                routing = strategies.named(build.request.routing)
+                for index in children:
+                    _start_routing(inner, routing, build.plan, node, index,
+                                   sidecar=build.request.image_for(index) is not None)
         finally:
             inner.close()
 
@@ -258,7 +280,7 @@ class SwarmDesign(NodeDesign):
              restart: bool) -> dict:
         """As in a nested lab (nestednet.lab.nested.copy_code_in); a restarted component
         is wired again on its node's host (same names, addresses and ports: links
-        survive)."""
+        survive), and its routing daemon started again (the restart killed it)."""
         number = lab.shape.check_node(node)
         index = lab.shape.check_component(component)
         if not path.exists():
@@ -277,7 +299,22 @@ class SwarmDesign(NodeDesign):
             unwire_component(handles, index)
             pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
             wire_component(handles, index, pid)
+        inner = mh.inner_engine(lab.record.lab, number, host)
+        try:
+            _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
+                           number, index, sidecar=_sidecar(inner, component) is not None)
+        finally:
+            inner.close()
         return result
+
+    def gnab_pid(self, lab: Lab, number: int) -> int:
+        """Through the node's host: its parent's pid there, the GNAB's in the parent."""
+        with self._child(lab, topo.node_name(number), topo.component_name(0)) as (
+                host, parent, _inner, child):
+            pid_there = int(parent.attrs["State"]["Pid"])
+            parent_pid = netlink.host_pids(host.pid, [pid_there])[pid_there]
+            inner_pid = int(child.attrs["State"]["Pid"])
+        return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
 
     def links(self, record: LabRecord) -> mh.HostLinks:
         meta = record.meta()

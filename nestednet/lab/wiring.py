@@ -195,13 +195,27 @@ def wire_node(h: NodeHandles, datapath: str, children: dict[int, int]) -> None:
 
 
 def unwire_component(h: NodeHandles, component: int) -> None:
-    """Drop the switch ports of a component whose namespace is gone (before re-wiring)."""
-    h.node_ovs.del_port(topo.veth_name(h.lab, h.node, "intra-parent", component))
+    """Drop the switch ports and veths of a component whose namespace was replaced (a
+    restart), before re-wiring it.
+
+    Each veth end is deleted in the namespace where `wire_component` made it (the
+    intra-net end in the parent, the control end on the control bridge's side): the old
+    namespace's death takes the pairs with it only once nothing holds it, and a user's
+    component's sidecar holds it until its own restart, after which the kernel frees it
+    asynchronously; re-wiring before that met the old ends (seen: `swap --restart` of a
+    user's iPHY on a swarm lab, EEXIST on the intra-net end)."""
+    def name(role: str) -> str:
+        return topo.veth_name(h.lab, h.node, role, component)
+
+    h.node_ovs.del_port(name("intra-parent"))
     if component > 0:
-        h.host_ovs.del_port(topo.veth_name(h.lab, h.node, "inter-host", component))
-    with netlink.route(h.host_netns) as host:
-        for role in ("inter-host", "intra-parent", "control-host"):
-            netlink.delete(host, topo.veth_name(h.lab, h.node, role, component))
+        h.host_ovs.del_port(name("inter-host"))
+    control_side = h.host_netns if h.control_on_host else topo.control_netns(h.lab)
+    for role, netns in (("intra-parent", netlink.netns_path(h.parent_pid)),
+                        ("inter-host" if component else "control-host",
+                         h.host_netns if component else control_side)):
+        with netlink.route(netns) as ipr:
+            netlink.delete(ipr, name(role))
 
 
 HOST_VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")

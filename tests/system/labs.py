@@ -4,9 +4,11 @@ first, and the lab is deleted after the module whatever happened."""
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from nestednet import images
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.record import LabRecord
 from nestednet.lab.teardown import delete_lab
@@ -37,3 +39,14 @@ def swap_code(directory: Path) -> Path:
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
         "while True: time.sleep(1)\n")
     return directory
+
+
+def build_user_image(tag: str, context: Path, extra: str) -> None:
+    """A user's image as the issue describes it: the component image plus one file,
+    /opt/user-extra.txt holding ``extra``, built in ``context``."""
+    (context / "extra.txt").write_text(extra)
+    (context / "Dockerfile").write_text(
+        f"FROM {images.COMPONENT_IMAGE}\nCOPY extra.txt /opt/user-extra.txt\n")
+    built = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr

@@ -6,9 +6,13 @@ add/del` (plain and `--rate 20Mbit`), `status`, `exec` (GNABs included), `link l
 `swap --restart` (re-wired on the node's host),
 a CA playing scenarios whose links cross hosts (stepped by hand with Algorithm 1's
 invariants checked, and through `nestednet run`), `delete`, and `cleanup` after a
-create killed mid-way.
+create killed mid-way. A second lab takes the nested labs' options over the two hosts:
+`--cpus`, `--memory`, `--image` and `--routing babel` (a route two hops away, across
+both hosts); a third, `--routing direct` in a run. The first lab routes with `none`, so
+its CA step bench stays comparable between runs (with `direct`, each link change also
+starts `ip` processes in the agents: docs/multihost.md section 4c).
 
-Marked `multihost` (and `system`); `make test` runs it as its own stage (about 3
+Marked `multihost` (and `system`); `make test` runs it as its own stage (about 5
 minutes: it starts two Docker engines and loads a 542 MB image into each), and
 `scripts/test multihost` runs it alone."""
 
@@ -26,7 +30,7 @@ from pathlib import Path
 import emulated_hosts
 import pytest
 from ca_checks import check_table, play_checked, wait
-from labs import swap_code
+from labs import build_user_image, swap_code
 
 from nestednet import images
 from nestednet.adapters import netlink, tc
@@ -36,6 +40,7 @@ from nestednet.lab import designs
 from nestednet.lab import multihost as mh
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
+from nestednet.lab.route_watch import gnab_pids
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
@@ -48,6 +53,9 @@ pytestmark = [pytest.mark.system, pytest.mark.multihost]
 
 LAB = "mhcli"
 CRASH = "mhcrash"
+OPTIONS = "mhopt"
+DIRECT = "mhdirect"
+USER_IPHY_IMAGE = "nestednet-test/user-iphy:swarm"
 CLI = str(Path(sys.executable).parent / "nestednet")
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = topo.Shape(6, 2)
@@ -69,7 +77,8 @@ def hosts():
     try:
         yield emulated
     finally:
-        for lab in (LAB, CRASH):  # a failed test must not leave a record pointing at them
+        # A failed test must not leave a record pointing at them.
+        for lab in (LAB, CRASH, OPTIONS, DIRECT):
             if LabRecord(lab).exists():
                 nn("delete", "--lab", lab)
         emulated.close()
@@ -460,6 +469,189 @@ def _ca_step_bench(tmp_path: Path, steps: int = 40) -> str:
     return ("CA step -> last link's flows in on all hosts, " + str(steps) + " steps: "
             f"cross-host {figures(to_flows['cross'])}, same-host {figures(to_flows['same'])};"
             f" flow batches: {batches}")
+
+
+def opt(node: int, component: str, *cmd: str) -> subprocess.CompletedProcess:
+    """`nestednet exec` in the options lab."""
+    return nn("exec", "--lab", OPTIONS, f"n{node}", component, "--", *cmd)
+
+
+def answered_after(node: int, address: str, budget: float) -> float | None:
+    """Seconds until node's GNAB in the options lab gets an answer from ``address``."""
+    start = time.monotonic()
+    while time.monotonic() - start < budget:
+        if opt(node, "gnab", "ping", "-c", "1", "-W", "1", address).returncode == 0:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    return None
+
+
+def kernel_limits(pid: int) -> tuple[int, float]:
+    """(memory limit in bytes, CPUs) of process ``pid``'s cgroup, read from this machine's
+    cgroup file system: what the kernel enforces, whatever the container believes."""
+    paths = {controller: path for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+             for _, controllers, path in [line.split(":", 2)]
+             for controller in controllers.split(",")}
+    if "memory" in paths:  # cgroup v1
+        memory = Path("/sys/fs/cgroup/memory") / paths["memory"].lstrip("/")
+        cpu = Path("/sys/fs/cgroup/cpu") / paths["cpu"].lstrip("/")
+        quota, period = ((cpu / f).read_text() for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+        return int((memory / "memory.limit_in_bytes").read_text()), int(quota) / int(period)
+    base = Path("/sys/fs/cgroup") / paths[""].lstrip("/")
+    quota, period = (base / "cpu.max").read_text().split()
+    return int((base / "memory.max").read_text()), int(quota) / int(period)
+
+
+def test_nested_lab_options_over_two_hosts(hosts, hosts_file, tmp_path):
+    """`--cpus`, `--memory`, `--image` and `--routing babel` on a lab over two hosts, as on
+    one host: 3 nodes x 2 iPHYs (n1, n3 on h0; n2 on h1), every iPHY from a user's image
+    (babeld in its sidecar), every component limited to 0.5 CPU and 64 MB (in its cgroup
+    inside the parent, and in the kernel's files here); a line n1-n2-n3 of cross-host
+    links gives n1 a route to n3's node address two hops away through n2 (traceroute
+    names every iPHY on the way), back after `swap --restart` of the middle hop;
+    `nestednet run` records the route changes babel makes in the GNABs on both hosts;
+    delete leaves nothing."""
+    h0, h1 = hosts.names
+    build_user_image(USER_IPHY_IMAGE, tmp_path, "iphy user file\n")
+    t0 = time.monotonic()
+    done = nn("create", "--lab", OPTIONS, "-n", "3", "-m", "2", "--hosts", str(hosts_file),
+              "--routing", "babel", "--cpus", "0.5", "--memory", "64",
+              "--image", f"iphy={USER_IPHY_IMAGE}", "--timings")
+    create_s = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)
+    try:
+        status = json.loads(nn("status", "--lab", OPTIONS, "--json").stdout)
+        assert status["routing"] == "babel"
+        assert {n["node"]: n["host"] for n in status["nodes"]} == {"n1": h0, "n2": h1,
+                                                                  "n3": h0}
+        assert all(c["state"] == "running" for n in status["nodes"]
+                   for c in n["components"]), status["nodes"]
+        # The user's image, with NestedNet's processes in its sidecar.
+        assert opt(2, "iphy1", "cat", "/opt/user-extra.txt").stdout == "iphy user file\n"
+        # Limits: each component's own cgroup inside its parent (on h1 here) ...
+        seen = {}
+        for component in ("gnab", "iphy1"):
+            memory = opt(2, component, "sh", "-c",
+                         "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
+                         "|| cut -d' ' -f1 /sys/fs/cgroup/memory.max").stdout
+            cpu = opt(2, component, "sh", "-c",
+                      "echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
+                      "/sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null "
+                      "|| cat /sys/fs/cgroup/cpu.max)").stdout.split()
+            seen[component] = (int(memory), int(cpu[0]) / int(cpu[1]))
+            assert seen[component] == (64 * 1024 * 1024, 0.5), (component, memory, cpu)
+        hog = opt(2, "iphy1", "python3", "-c",
+                  "b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])")
+        assert hog.returncode != 0, "a 200 MB allocation must not succeed under 64 MB"
+        # ... and the kernel's files for n2's GNAB, found through its host.
+        kernel = kernel_limits(gnab_pids(Lab.open(OPTIONS))[2])
+        assert kernel == (64 * 1024 * 1024, 0.5), kernel
+
+        far = str(PLAN.node_address(3).ip)
+        assert answered_after(1, far, 3) is None, "no links, no route"
+        for a, b in (("n1:iphy1", "n2:iphy1"), ("n2:iphy2", "n3:iphy1")):
+            added = nn("link", "add", "--lab", OPTIONS, a, b)
+            assert added.returncode == 0, added.stderr
+        took = answered_after(1, far, 30)
+        assert took is not None, "n1 did not reach n3's node address within 30 s of the links"
+        back = answered_after(3, str(PLAN.node_address(1).ip), 10)
+        assert back is not None
+        trace = opt(1, "gnab", "traceroute", "-n", "-q", "1", "-w", "1", "-m", "8", far)
+        assert trace.returncode == 0, trace.stderr
+        plan = AddressPlan.for_shape(topo.Shape(3, 2))
+        hops = [line.split()[1] for line in trace.stdout.splitlines()[1:]]
+        assert hops == [str(plan.inter_address(n, i).ip) for n, i in ((1, 1), (2, 1), (2, 2),
+                                                                      (3, 1))] + [far], trace
+        # The middle hop restarted (a user's iPHY: babeld in its sidecar, started again).
+        swapped = nn("swap", "--lab", OPTIONS, "n2", "iphy1", str(swap_code(tmp_path / "code")),
+                     "--restart")
+        assert swapped.returncode == 0, swapped.stderr
+        again = answered_after(1, far, 30)
+        assert again is not None, "no route to n3 after restarting n2's iphy1"
+        for a, b in (("n1:iphy1", "n2:iphy1"), ("n2:iphy2", "n3:iphy1")):
+            assert nn("link", "del", "--lab", OPTIONS, a, b).returncode == 0
+        routes = _babel_run(tmp_path)
+        print(f"create (3x2 over 2 hosts, babel, user iPHY image, 0.5 CPU, 64 MB) "
+              f"{create_s:.1f} s; limits in the components {seen}, kernel {kernel}; "
+              f"n1 -> n3 (2 hops, both links cross-host) answered {took:.1f} s after the "
+              f"links, n3 -> n1 {back:.1f} s later; after swap --restart of n2 iphy1 n1 -> n3 "
+              f"again in {again:.1f} s\n{trace.stdout}\n{routes}")
+    finally:
+        done = nn("delete", "--lab", OPTIONS)
+        print(done.stdout, done.stderr)
+        subprocess.run(["docker", "image", "rm", USER_IPHY_IMAGE], capture_output=True)
+    assert done.returncode == 0
+    assert mh.leftovers(OPTIONS, hosts.manager, hosts.handles.values()) == []
+    assert nothing_here(OPTIONS) == []
+
+
+def _babel_run(tmp_path: Path) -> str:
+    """`nestednet run` on the options lab: the CA makes the line n1-n2-n3 (both links
+    cross-host); the route watcher, reaching each GNAB through its host, records babel's
+    route changes: n1 learns n3's node address."""
+    path = tmp_path / "line.json"
+    path.write_text(json.dumps({
+        "format": "nestednet-scenario/1", "name": "line-3x2", "duration": 12, "iphys": 2,
+        "nodes": [{"name": f"n{k}", "id": k} for k in range(1, 4)],
+        "steps": [{"time": 0, "visible": [["n1", "n2"], ["n2", "n3"]]}]}))
+    events = tmp_path / "line.jsonl"
+    done = nn("run", str(path), "--lab", OPTIONS, "--events", str(events), "--json",
+              timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["routing"] == "babel" and summary["links_up"] == 2, summary
+    routes = [(e.nodes[0], e.extra["op"], e.extra["dst"]) for e in read_events(events)
+              if e.event == "route"]
+    assert ("n1", "add", f"{PLAN.node_address(3).ip}/32") in routes, routes
+    assert ("n3", "add", f"{PLAN.node_address(1).ip}/32") in routes, routes
+    return f"nestednet run (babel): routes {summary['routes']}"
+
+
+def test_direct_routing_in_a_run_over_two_hosts(hosts, hosts_file, tmp_path):
+    """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1): in a `nestednet
+    run` that links them, each GNAB agent routes to the other's node address through the
+    cross-host link (the run's route events, read in the GNABs through their hosts), and
+    n1's GNAB reaches n2's node address while the link is up."""
+    t0 = time.monotonic()
+    done = nn("create", "--lab", DIRECT, "-n", "2", "-m", "1", "--hosts", str(hosts_file),
+              "--routing", "direct")
+    create_s = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
+    try:
+        path = tmp_path / "pair.json"
+        path.write_text(json.dumps({
+            "format": "nestednet-scenario/1", "name": "pair-2x1", "duration": 6, "iphys": 1,
+            "nodes": [{"name": f"n{k}", "id": k} for k in (1, 2)],
+            "steps": [{"time": 0, "visible": [["n1", "n2"]]}]}))
+        events = tmp_path / "pair.jsonl"
+        started = time.monotonic()
+        run = subprocess.Popen([CLI, "run", str(path), "--lab", DIRECT, "--events",
+                                str(events), "--json"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        reached = None
+        deadline = time.monotonic() + 90
+        while reached is None and run.poll() is None and time.monotonic() < deadline:
+            if nn("exec", "--lab", DIRECT, "n1", "gnab", "--", "ping", "-c", "1", "-W", "1",
+                  str(PLAN.node_address(2).ip)).returncode == 0:
+                reached = time.monotonic() - started
+            else:
+                time.sleep(0.2)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        summary = json.loads(out)
+        routes = {(e.nodes[0], e.extra["op"], e.extra["dst"]) for e in read_events(events)
+                  if e.event == "route"}
+        assert summary["routing"] == "direct" and summary["links_up"] == 1, summary
+        assert {("n1", "add", f"{PLAN.node_address(2).ip}/32"),
+                ("n2", "add", f"{PLAN.node_address(1).ip}/32")} <= routes, routes
+        assert reached is not None, "n1 never reached n2's node address during the run"
+        print(f"direct over two hosts: create {create_s:.1f} s; n1 reached n2's node "
+              f"address {reached:.1f} s after the run started; routes {summary['routes']}")
+    finally:
+        done = nn("delete", "--lab", DIRECT)
+    assert done.returncode == 0, done.stderr
+    assert mh.leftovers(DIRECT, hosts.manager, hosts.handles.values()) == []
 
 
 def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, hosts_file):

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+from labs import build_user_image
 
-from nestednet import images
 from nestednet.ca.session import CaSession
 from nestednet.lab.nodes import Lab
 from nestednet.lab.route_watch import RouteWatch
@@ -172,17 +172,6 @@ def test_component_caps_none_takes_the_right_to_route_away():
 
 
 USER_IMAGE = "nestednet-test/user-gnab:route"
-
-
-def build_user_image(tag: str, context: Path, extra: str) -> None:
-    """A user's image as the issue describes it: the component image plus one file,
-    /opt/user-extra.txt holding ``extra``, built in ``context``."""
-    (context / "extra.txt").write_text(extra)
-    (context / "Dockerfile").write_text(
-        f"FROM {images.COMPONENT_IMAGE}\nCOPY extra.txt /opt/user-extra.txt\n")
-    built = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)],
-                           capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
 
 
 @pytest.fixture(scope="module")

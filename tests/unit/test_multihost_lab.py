@@ -44,10 +44,7 @@ def test_hosts_doc_round_trips_with_the_emulated_field():
 
 @pytest.mark.parametrize(("kw", "words"), [
     ({"hosts": None}, "need --hosts"),
-    ({"cpus": 0.5}, "--cpus is not available"),
-    ({"memory_mb": 64}, "--memory is not available"),
-    ({"routing": "babel", "component_caps": ("NET_ADMIN",)}, "--routing babel"),
-    ({"images": (("iphy", "alpine"),)}, "--image is not available"),
+    ({"routing": "babel", "component_caps": ()}, "needs NET_ADMIN in --component-caps"),
     ({"pins": ("n1=hostC",)}, "no host named 'hostC'"),
     ({"nodes": 9, "placement": "packed", "hosts": pl.hosts_from_doc(
         {"hosts": [{"name": "a", "address": "10.0.0.1", "capacity": 4}]})}, "do not fit"),
@@ -55,6 +52,43 @@ def test_hosts_doc_round_trips_with_the_emulated_field():
 def test_swarm_requests_are_checked_before_anything_is_made(kw, words):
     with pytest.raises(UsageError, match=words):
         validate(request(**kw))
+
+
+@pytest.mark.parametrize("kw", [
+    {"cpus": 0.5, "memory_mb": 96},
+    {"routing": "babel"},
+    {"routing": "direct"},
+    {"images": (("iphy", "example/iphy"), ("gnab", "example/gnab"))},
+])
+def test_swarm_labs_take_the_nested_labs_options(kw):
+    """--cpus, --memory, --routing and --image mean on a swarm lab what they mean on a
+    one-host nested lab (the same code paths build them)."""
+    shape, _plan = validate(request(**kw))
+    assert shape == topo.Shape(4, 2)
+    swarm, nested = designs.named("swarm"), designs.named("nested")
+    assert (swarm.routings, swarm.user_images) == (nested.routings, nested.user_images)
+
+
+def test_route_watch_finds_each_gnab_the_labs_designs_way(monkeypatch):
+    from nestednet.lab import route_watch
+    from nestednet.lab.nodes import Lab
+
+    asked, closed = [], []
+
+    class Design:
+        def gnab_pid(self, lab, number):
+            asked.append(number)
+            return 100 + number
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(designs, "of", lambda meta: Design() if meta["kind"] == "swarm"
+                        else pytest.fail("not the lab's design"))
+    lab = Lab(LabRecord("mh", Path("/nonexistent")), {"kind": "swarm"}, topo.Shape(3, 1),
+              client=None)
+    assert route_watch.gnab_pids(lab) == {1: 101, 2: 102, 3: 103}
+    assert asked == [1, 2, 3] and closed == [True]
 
 
 def test_hosts_are_refused_by_the_one_host_designs():
@@ -142,7 +176,7 @@ def test_a_cross_host_link_is_shaped_on_each_receiving_host_with_offloads_kept(
     (["--pack"], "--place and --pack need --hosts"),
     (["--flat", "--hosts", "HOSTS"], "--flat and --hosts cannot be combined"),
     (["--hosts", "HOSTS", "--place", "n9=hostA"], "--place 'n9=hostA'"),
-    (["--hosts", "HOSTS", "--cpus", "0.5"], "--cpus is not available"),
+    (["--hosts", "HOSTS", "--cpus", "0"], "--cpus must be above 0"),
 ])
 def test_create_cli_refuses_bad_multihost_options_with_exit_2(tmp_path, args, words):
     hosts = tmp_path / "hosts.json"
