@@ -106,7 +106,7 @@ class NestedDesign(NodeDesign):
             node_ovs = Ovsdb(f"unix:{state_dir}/ovs/db.sock")
         try:
             with build.phase("children", node):
-                _load_user_images(self.user_archives, inner)
+                load_user_images(self.user_archives, inner)
                 children = start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent_pid = int(parent.attrs["State"]["Pid"])
@@ -118,7 +118,7 @@ class NestedDesign(NodeDesign):
                         topo.veth_name(lab, node, "inter-host", i) for i in children if i])
                 routing = strategies.named(build.request.routing)
                 for index in children:
-                    _start_routing(inner, routing, build.plan, node, index,
+                    start_routing(inner, routing, build.plan, node, index,
                                    sidecar=build.request.image_for(index) is not None)
         finally:
             node_ovs.close()
@@ -188,8 +188,8 @@ class NestedDesign(NodeDesign):
             enlarge_port_buffers(parent_pid, lab.shape.iphys + 1, [
                 topo.veth_name(lab.record.lab, number, "inter-host", index)] if index else [])
         with lab.inner(number) as inner:
-            _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
-                           number, index, sidecar=_sidecar(inner, component) is not None)
+            start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
+                           number, index, sidecar=sidecar_of(inner, component) is not None)
         return result
 
 
@@ -209,7 +209,7 @@ def copy_code_in(inner: docker.DockerClient, child, node: str, component: str, p
         return result, None
     child.restart(timeout=5)
     child.reload()
-    sidecar = _sidecar(inner, component)
+    sidecar = sidecar_of(inner, component)
     if sidecar is not None:  # it must join the restarted component's new namespace
         sidecar.restart(timeout=5)
     result["restarted"] = True
@@ -242,7 +242,7 @@ agent, routing daemons, direct's route listener) run there, so a user's image ne
 neither Python nor babeld, only a process that keeps running."""
 
 
-def _load_user_images(archives: list[Path], inner: docker.DockerClient) -> None:
+def load_user_images(archives: list[Path], inner: docker.DockerClient) -> None:
     """Users' images into this node's engine (from the host's, as `docker save`
     archives made once per create; layers the component image already brought are
     not written again)."""
@@ -293,14 +293,14 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
     return int(child.attrs["State"]["Pid"])
 
 
-def _sidecar(inner: docker.DockerClient, component: str):
+def sidecar_of(inner: docker.DockerClient, component: str):
     try:
         return inner.containers.get(component + SIDECAR_SUFFIX)
     except docker.errors.NotFound:
         return None
 
 
-def _start_routing(inner: docker.DockerClient, routing: RoutingStrategy, plan: AddressPlan,
+def start_routing(inner: docker.DockerClient, routing: RoutingStrategy, plan: AddressPlan,
                    node: int, index: int, *, sidecar: bool) -> None:
     """Start the strategy's daemon in a wired component, or in its sidecar (after
     wiring: it needs the interfaces and the kernel settings wiring writes)."""

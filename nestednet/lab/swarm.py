@@ -20,7 +20,7 @@ The options of one-host nested labs take the nested design's own paths: `--cpus`
 `--memory` are per-component limits on the children (nested.start_children); users'
 images (`--image`) are loaded into every parent's inner engine as the component image
 is, with the nested design's sidecars; `--routing` starts the strategy's daemons after
-wiring (nested._start_routing), and `run` watches each GNAB's routes in its namespace
+wiring (nested.start_routing), and `run` watches each GNAB's routes in its namespace
 on its host (`gnab_pid`, nestednet.lab.route_watch).
 
 Partial (docs/multihost.md): only hosts emulated on this machine can be driven.
@@ -52,11 +52,11 @@ from nestednet.lab.design import (
     run_in_child,
 )
 from nestednet.lab.nested import (
-    _load_user_images,
-    _sidecar,
-    _start_routing,
     copy_code_in,
+    load_user_images,
+    sidecar_of,
     start_children,
+    start_routing,
 )
 from nestednet.lab.nodes import Lab, cgroup_memory
 from nestednet.lab.record import LabRecord
@@ -175,13 +175,13 @@ class SwarmDesign(NodeDesign):
             with build.phase("children", node):
                 with open(self.archive, "rb") as tar:
                     inner.images.load(tar)
-                _load_user_images(self.user_archives, inner)
+                load_user_images(self.user_archives, inner)
                 children = start_children(build, inner, node)
             with build.phase("wiring", node):
                 self._wire(build, host, node, parent_pid, children)
                 routing = strategies.named(build.request.routing)
                 for index in children:
-                    _start_routing(inner, routing, build.plan, node, index,
+                    start_routing(inner, routing, build.plan, node, index,
                                    sidecar=build.request.image_for(index) is not None)
         finally:
             inner.close()
@@ -301,8 +301,8 @@ class SwarmDesign(NodeDesign):
             wire_component(handles, index, pid)
         inner = mh.inner_engine(lab.record.lab, number, host)
         try:
-            _start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
-                           number, index, sidecar=_sidecar(inner, component) is not None)
+            start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
+                           number, index, sidecar=sidecar_of(inner, component) is not None)
         finally:
             inner.close()
         return result
