@@ -199,6 +199,11 @@ class NodeDesign(abc.ABC):
         """Remove the recorded resources that are not on this machine (`delete`)."""
         return []
 
+    def before_use(self, lab: Lab) -> None:  # noqa: B027 (optional step, none by default)
+        """Called before a command visits every node in turn (`status`, `run`'s route
+        watch): a design whose nodes must be woken first (nested: parked inner
+        engines, nestednet.lab.engine) wakes them all at once here."""
+
     def gnab_pid(self, lab: Lab, number: int) -> int:
         """The pid here of node ``number``'s GNAB, whose network namespace holds the node's
         routes (`run` watches them: nestednet.lab.route_watch). This default is a nested

@@ -8,6 +8,7 @@ switch ports). The lab-wide image template is made once, before the nodes.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from nestednet.capabilities.nodes import (
 )
 from nestednet.datapath import VethOffloads, reads_ports_by_socket
 from nestednet.errors import EnvironmentProblem, UsageError
-from nestednet.lab import node_image, wiring
+from nestednet.lab import engine, node_image, wiring
 from nestednet.lab.design import (
     Build,
     NodeDesign,
@@ -96,15 +97,17 @@ class NestedDesign(NodeDesign):
                     build.client, images.DIND_IMAGE, name=name,
                     labels=labels(lab, node=topo.node_name(node), role="parent"),
                     security=self.security, hostname=topo.node_name(node),
+                    environment=engine.parent_environment(),
                     binds=node_image.parent_binds(state_dir, data_dir))
             except docker.errors.DockerException as exc:
                 raise EnvironmentProblem(f"starting node parent {name} failed: "
                                          f"{docker_engine.explain(exc)}") from exc
-        with build.phase("inner daemons", node):
-            node_image.wait_ready(state_dir, parent)
-            inner = docker_engine.connect(f"unix://{state_dir}/docker.sock")
-            node_ovs = Ovsdb(f"unix:{state_dir}/ovs/db.sock")
-        try:
+        with contextlib.ExitStack() as held:
+            with build.phase("inner daemons", node):
+                node_image.wait_ready(state_dir, parent)
+                inner = held.enter_context(engine.using(state_dir, parent))
+                node_ovs = held.enter_context(contextlib.closing(
+                    Ovsdb(f"unix:{state_dir}/ovs/db.sock")))
             with build.phase("children", node):
                 load_user_images(self.user_archives, inner)
                 children = start_children(build, inner, node)
@@ -120,11 +123,14 @@ class NestedDesign(NodeDesign):
                 for index in children:
                     start_routing(inner, routing, build.plan, node, index,
                                    sidecar=build.request.image_for(index) is not None)
-        finally:
-            node_ovs.close()
-            inner.close()
+        # Parked once built: its engine idles from here on (nestednet.lab.engine).
+        engine.park([parent])
 
     # --- using a nested lab ---------------------------------------------------------
+
+    def before_use(self, lab: Lab) -> None:
+        with contextlib.suppress(EnvironmentProblem):  # a dead node is reported per node
+            lab.wake_engines()
 
     def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
         entry, parent, _pid = node_container(lab, number)

@@ -12,6 +12,7 @@ import docker.errors
 
 from nestednet.adapters import docker_engine
 from nestednet.errors import EnvironmentProblem
+from nestednet.lab import engine
 from nestednet.lab import record as lab_record
 from nestednet.lab.record import LabRecord
 from nestednet.model import topology as topo
@@ -64,13 +65,14 @@ class Lab:
 
     @contextlib.contextmanager
     def inner(self, node: int) -> Iterator[docker.DockerClient]:
+        """The node's inner engine, woken if parked (nestednet.lab.engine)."""
         self.check_alive(node)
-        client = docker_engine.connect(f"unix://{self.state_dir(node)}/docker.sock",
-                                       timeout=30)
-        try:
+        with engine.using(self.state_dir(node), self.parent(node)) as client:
             yield client
-        finally:
-            client.close()
+
+    def wake_engines(self) -> None:
+        """Wake every node's parked engine at once, before using them one by one."""
+        engine.wake_all((self.state_dir(n), self.parent(n)) for n in self.shape.node_numbers())
 
     def child(self, inner: docker.DockerClient, component: str
               ) -> docker.models.containers.Container:

@@ -30,6 +30,7 @@ def gnab_pids(lab: Lab) -> dict[int, int]:
     found the lab's design's way (on this machine, or through the node's host)."""
     design = designs.of(lab.meta)
     try:
+        design.before_use(lab)
         return {number: design.gnab_pid(lab, number) for number in lab.shape.node_numbers()}
     finally:
         design.close()

@@ -11,6 +11,7 @@ def status(lab: Lab) -> dict:
     meta = lab.meta
     plan = plan_from_dict(lab.shape, meta["plan"])
     design = designs.of(meta)
+    design.before_use(lab)
     nodes = [{**design.node_status(lab, number, plan),
               "node_address": str(plan.node_address(number).ip)}
              for number in lab.shape.node_numbers()]

@@ -177,9 +177,90 @@ def test_memory_limit_is_in_the_cgroup_and_enforced(lab):
 
 
 def _inner(lab_name: str, node: str, *args: str) -> str:
-    sock = LABS / lab_name / node / "state" / "docker.sock"
-    return subprocess.run(["docker", "-H", f"unix://{sock}", *args], capture_output=True,
-                          text=True, check=True).stdout
+    """The docker CLI against a node's inner engine, woken and held for the call."""
+    import docker
+
+    from nestednet.lab import engine
+
+    state = LABS / lab_name / node / "state"
+    parent = docker.from_env().containers.get(f"{lab_name}-{node}")
+    with engine.using(state, parent):
+        return subprocess.run(["docker", "-H", f"unix://{state / 'docker.sock'}", *args],
+                              capture_output=True, text=True, check=True).stdout
+
+
+def _parent_processes(lab_name: str, node: str) -> list[str]:
+    """Command names of the processes in a node parent's pid namespace."""
+    import docker
+
+    pid = docker.from_env().containers.get(f"{lab_name}-{node}").attrs["State"]["Pid"]
+    ns = os.readlink(f"/proc/{pid}/ns/pid")
+    names = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "ns" / "pid") == ns:
+                names.append((entry / "comm").read_text().strip())
+        except OSError:
+            continue
+    return names
+
+
+def _wait_engine(lab_name: str, node: str, wanted: str, within_s: float) -> bool:
+    from nestednet.lab import engine
+
+    deadline = time.monotonic() + within_s
+    while engine.state(LABS / lab_name / node / "state") != wanted:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.system
+def test_a_parked_engine_frees_its_memory_and_wakes_with_its_children_untouched(lab):
+    """Parking stops only the inner dockerd: the components run on (same start time),
+    the node's cgroup holds less, and the next use wakes it with a root-only socket."""
+    import docker
+
+    from nestednet.lab import engine
+    from nestednet.lab.nodes import cgroup_memory
+
+    started = _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}", "iphy1").strip()
+    parent = docker.from_env().containers.get(f"{lab}-n2")
+    engine.park([parent])
+    assert _wait_engine(lab, "n2", "parked", 20)
+    state = LABS / lab / "n2" / "state"
+    assert not (state / "docker.sock").exists()
+    assert "dockerd" not in _parent_processes(lab, "n2")
+    assert {"containerd", "containerd-shim", "ovs-vswitchd"} <= set(_parent_processes(lab, "n2"))
+    pid = int(parent.attrs["State"]["Pid"])
+    parked = cgroup_memory(pid)["used"]
+    assert _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}", "iphy1").strip() == started
+    assert engine.state(state) == "up" and "dockerd" in _parent_processes(lab, "n2")
+    awake = cgroup_memory(pid)["used"]
+    assert awake - parked > 10 * 2**20, (parked, awake)
+    mode = (state / "docker.sock").stat()
+    assert (oct(mode.st_mode & 0o777), mode.st_uid, mode.st_gid) == ("0o600", 0, 0)
+    assert pings("n2", "iphy2", "192.168.0.1")
+
+
+@pytest.mark.system
+def test_an_engine_unused_for_its_idle_interval_parks_itself():
+    """NESTEDNET_ENGINE_IDLE=2 at create: an engine woken by `exec` parks 2-4 s later by
+    itself; `create` parked it once the node was built."""
+    name = f"eng{os.getpid() % 100000}"
+    env = {**os.environ, "NESTEDNET_ENGINE_IDLE": "2"}
+    try:
+        done = subprocess.run([CLI, "create", "--lab", name, "-n", "1", "-m", "1"],
+                              capture_output=True, text=True, timeout=180, env=env)
+        assert done.returncode == 0, done.stderr
+        assert _wait_engine(name, "n1", "parked", 10)
+        assert run_in("n1", "iphy1", "true", lab=name).returncode == 0
+        assert _wait_engine(name, "n1", "up", 1)
+        assert _wait_engine(name, "n1", "parked", 15)
+    finally:
+        nn("delete", "--lab", name)
+    assert lab_traces(name) == []
 
 
 @pytest.mark.system

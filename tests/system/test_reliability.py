@@ -26,6 +26,7 @@ from labs import forget
 from nestednet import images
 from nestednet.lab import lock
 from nestednet.lab.links import LabLinks
+from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 
 pytestmark = pytest.mark.system
@@ -235,9 +236,14 @@ def _mode(path: Path) -> tuple[str, int, int]:
 
 
 def test_what_a_lab_makes_on_the_host_is_root_only(race_lab):
-    """The labs directory is root's alone, engine sockets are root:root 0600 and no
-    socket, directory or record is open to others."""
+    """The labs directory is root's alone, engine sockets are root:root 0600 (as every
+    wake makes them: dockerd makes its socket anew each start) and no socket, directory
+    or record is open to others."""
     record = LabRecord(RACE_LAB)
+    lab = Lab.open(RACE_LAB)
+    for node in lab.shape.node_numbers():
+        with lab.inner(node):
+            pass
     found = {record.path.parent: _mode(record.path.parent)}
     for top, dirs, files in os.walk(record.path):
         dirs[:] = [d for d in dirs if d != "docker"]  # a node's inner data root

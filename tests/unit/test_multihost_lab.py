@@ -76,6 +76,9 @@ def test_route_watch_finds_each_gnab_the_labs_designs_way(monkeypatch):
     asked, closed = [], []
 
     class Design:
+        def before_use(self, lab):
+            asked.append("woken")
+
         def gnab_pid(self, lab, number):
             asked.append(number)
             return 100 + number
@@ -88,7 +91,7 @@ def test_route_watch_finds_each_gnab_the_labs_designs_way(monkeypatch):
     lab = Lab(LabRecord("mh", Path("/nonexistent")), {"kind": "swarm"}, topo.Shape(3, 1),
               client=None)
     assert route_watch.gnab_pids(lab) == {1: 101, 2: 102, 3: 103}
-    assert asked == [1, 2, 3] and closed == [True]
+    assert asked == ["woken", 1, 2, 3] and closed == [True]
 
 
 def test_hosts_are_refused_by_the_one_host_designs():

@@ -1,0 +1,133 @@
+"""A node's inner Docker engine: parked while idle, woken on use.
+
+The children of a nested node run under containerd and its shim; the inner dockerd is
+needed only to start, inspect or exec into them. Its parent's entrypoint runs it with
+--live-restore, so it can stop while the children run on, and stopped it holds none of
+the ~23 MB it uses running (a 4-iPHY node's cgroup: 61 MB with it, 38 MB parked) -- memory
+per node is what limits how many nodes fit on one machine.
+
+The protocol with the entrypoint (images/dind/entrypoint), all through the node's state
+directory and signals to its parent container:
+
+- every use holds a shared flock on ``engine.lock`` and touches it; the entrypoint parks
+  only when it can take that lock exclusively without waiting, so an engine in use is
+  never parked under its user, and a crashed user's lock dies with it;
+- SIGUSR1 to the parent starts dockerd if it is not running; `using` then waits until
+  the socket answers;
+- SIGUSR2 parks it now (`park`, at the end of each node's creation); and an engine that
+  nobody touched for a whole ``NESTEDNET_ENGINE_IDLE`` interval parks itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from nestednet.adapters import docker_engine
+from nestednet.errors import EnvironmentProblem, UsageError
+
+IDLE_VARIABLE = "NESTEDNET_ENGINE_IDLE"
+IDLE_S = 30
+"""A lab's engines park after this long unused (checked every IDLE_S: 30-60 s), unless
+$NESTEDNET_ENGINE_IDLE says otherwise when the lab is created (0: never by itself)."""
+LOCK_FILE = "engine.lock"
+STATE_FILE = "engine"
+SOCKET_FILE = "docker.sock"
+
+
+def parent_environment() -> dict[str, str]:
+    """What a lab's node parents are started with (the entrypoint never parks by itself
+    without it: probes and image templates keep their engine)."""
+    given = os.environ.get(IDLE_VARIABLE, str(IDLE_S))
+    if not given.isdigit():
+        raise UsageError(f"${IDLE_VARIABLE}={given!r} is not a whole number of seconds")
+    return {IDLE_VARIABLE: given}
+
+
+def state(state_dir: Path) -> str:
+    """``up``, ``parked`` or ``unknown`` (a parent from before engines parked)."""
+    try:
+        return (state_dir / STATE_FILE).read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def answers(sock: Path, timeout: float = 2.0) -> bool:
+    """Whether an engine listens on ``sock`` and answers its ping."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock))
+        s.sendall(b"GET /_ping HTTP/1.0\r\nHost: engine\r\n\r\n")
+        return s.recv(64).split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+    return False
+
+
+def wake(state_dir: Path, parent: docker.models.containers.Container,
+         timeout: float = 120.0) -> None:
+    """Make sure the engine of ``parent`` (its state directory ``state_dir``) answers."""
+    sock = state_dir / SOCKET_FILE
+    if answers(sock):
+        return
+    try:
+        parent.kill(signal="SIGUSR1")
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"cannot wake the inner engine of {parent.name}: "
+                                 f"{docker_engine.explain(exc)}") from exc
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while not answers(sock):
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(f"the inner engine of {parent.name} did not answer "
+                                     f"{timeout:.0f} s after being woken",
+                                     hint=f"its log: {state_dir}/log/dockerd.log")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+    # dockerd makes the socket anew each start (root:root 0660 with --group root).
+    os.chown(sock, 0, 0)
+    os.chmod(sock, 0o600)
+
+
+@contextlib.contextmanager
+def using(state_dir: Path, parent: docker.models.containers.Container, *,
+          timeout: int = 30) -> Iterator[docker.DockerClient]:
+    """A client of the node's inner engine, woken if parked and kept from parking while
+    the block runs."""
+    lock = state_dir / LOCK_FILE
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.utime(lock)
+        wake(state_dir, parent)
+        client = docker_engine.connect(f"unix://{state_dir / SOCKET_FILE}", timeout=timeout)
+        try:
+            yield client
+        finally:
+            client.close()
+            with contextlib.suppress(OSError):
+                os.utime(lock)
+    finally:
+        os.close(fd)
+
+
+def park(parents: Iterable[docker.models.containers.Container]) -> None:
+    """Ask each parent to park its engine now (it refuses while someone uses it)."""
+    for parent in parents:
+        with contextlib.suppress(docker.errors.DockerException):
+            parent.kill(signal="SIGUSR2")
+
+
+def wake_all(pairs: Iterable[tuple[Path, docker.models.containers.Container]]) -> None:
+    """Signal every parked engine at once, so that the following uses find them up
+    instead of waking them one after another."""
+    for state_dir, parent in pairs:
+        if not answers(state_dir / SOCKET_FILE, timeout=0.5):
+            with contextlib.suppress(docker.errors.DockerException):
+                parent.kill(signal="SIGUSR1")
