@@ -249,7 +249,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
             port = veth("intra-parent", index)
             add_veth(host, build.record, port, intra_if(index), offloads=build.offloads.main,
                      peer_in=pid)
-            netlink.up(host, port)
+            netlink.port_up(host, port)
             comp_ids = {**ids, "org.nestednet.component": topo.component_name(index)}
             build.host_ovs.add_port(switch, port, external_ids=comp_ids)
             if index == 0:
@@ -257,12 +257,12 @@ def _wire(build: Build, node: int, pid: int) -> None:
                 add_veth(host, build.record, outer, CONTROL_IF, offloads=True,
                          name_in=topo.control_netns(lab), peer_in=pid)
                 with netlink.route(topo.control_netns(lab)) as ctl:
-                    netlink.configure(ctl, outer, master=topo.control_bridge(lab))
+                    netlink.port_up(ctl, outer, master=topo.control_bridge(lab))
             else:
                 outer = veth("inter-host", index)
                 add_veth(host, build.record, outer, inter_if(index),
                          offloads=build.offloads.main, peer_in=pid)
-                netlink.up(host, outer)
+                netlink.port_up(host, outer)
                 build.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
                                         ofport=plan.port_number(node, index))
     rows = node_plan(plan, node)

@@ -102,6 +102,7 @@ def component_sysctls(component: int) -> dict[str, str]:
                                 "net/ipv6/conf/default/hop_limit": str(PATH_TTL)}
     for conf in ("all", "default", *ifaces):
         settings[f"net/ipv6/conf/{conf}/disable_ipv6"] = "0"
+        settings[f"net/ipv6/conf/{conf}/accept_dad"] = "0"
         settings[f"net/ipv4/conf/{conf}/accept_redirects"] = "0"
         settings[f"net/ipv4/conf/{conf}/send_redirects"] = "0"
         if component:
@@ -147,13 +148,13 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
                      where=h.where, netns=h.host_netns, peer_in=child_pid,
                      name_in=None if h.control_on_host else topo.control_netns(lab))
             if h.control_on_host:
-                netlink.configure(host, outer, master=topo.control_bridge(lab))
+                netlink.port_up(host, outer, master=topo.control_bridge(lab))
             outer_address, outer_mtu = h.plan.control_address(node), h.control_mtu
         else:
             outer = name("inter-host")
             add_veth(host, h.record, outer, topo.CHILD_INTER_IF, offloads=h.offloads.main,
                      where=h.where, netns=h.host_netns, peer_in=child_pid)
-            netlink.up(host, outer)
+            netlink.port_up(host, outer)
             outer_address, outer_mtu = h.plan.inter_address(node, component), h.inter_mtu
     netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(component))
     outer_if = topo.CHILD_CONTROL_IF if component == 0 else topo.CHILD_INTER_IF
@@ -168,12 +169,12 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
         netlink.configure(child, outer_if, outer_address,
                           mac=h.plan.mac_address(node, component, 2))
     with netlink.route(netlink.netns_path(h.parent_pid)) as parent:
-        netlink.up(parent, intra_parent)
+        netlink.port_up(parent, intra_parent)
     h.node_ovs.add_port(topo.node_bridge(lab), intra_parent, external_ids=_ids(h, component))
     if component == 0:
         if not h.control_on_host:
             with netlink.route(topo.control_netns(lab)) as ctl:
-                netlink.configure(ctl, outer, master=topo.control_bridge(lab))
+                netlink.port_up(ctl, outer, master=topo.control_bridge(lab))
     else:
         h.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=_ids(h, component),
                             ofport=h.plan.port_number(node, component))

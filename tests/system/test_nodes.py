@@ -105,6 +105,37 @@ def test_intra_node_net_needs_no_arp(lab):
                                                    "192.168.0.11": "02:4e:00:01:01:01"}
 
 
+def _ipv6_addresses(*netns_args: str) -> dict[str, list[str]]:
+    """Interface -> its IPv6 addresses with their flags, in a namespace (`ip` args)."""
+    out = subprocess.run([*netns_args, "ip", "-o", "-6", "addr"], capture_output=True,
+                         text=True, check=True).stdout
+    found: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        fields = line.split()
+        found.setdefault(fields[1], []).append(" ".join(fields[3:]))
+    return found
+
+
+@pytest.mark.system
+def test_switch_ports_have_no_ipv6_address_and_components_theirs_at_once(lab):
+    """A port of the main, control or internal bridge has no IPv6 address (it would send
+    DAD, router solicitations and MLD into the emulated net; the control bridge itself,
+    the CA's interface, keeps its own); components keep IPv6 for
+    routing daemons, their link-local addresses usable at once (unique MACs: no DAD)."""
+    import docker
+
+    host = _ipv6_addresses()
+    assert not [i for i in host if i.startswith(f"{LAB}-")], host
+    ctl = _ipv6_addresses("ip", "netns", "exec", f"nestednet-{LAB}-ctl")
+    assert not [i for i in ctl if i.startswith(f"{LAB}-") and i != f"{LAB}-ctl"], ctl
+    pid = docker.from_env().containers.get(f"{LAB}-n1").attrs["State"]["Pid"]
+    parent = _ipv6_addresses("nsenter", "-t", str(pid), "-n")
+    assert not [i for i in parent if i.startswith(f"{LAB}-")], parent
+    for component, ifname in (("gnab", "intra"), ("iphy1", "inter")):
+        out = run_in("n1", component, "ip", "-6", "addr", "show", "dev", ifname).stdout
+        assert "scope link" in out and "tentative" not in out, (component, out)
+
+
 @pytest.mark.system
 def test_link_add_and_del_decide_reachability(lab):
     n2_iphy1 = "192.168.2.3"
