@@ -276,6 +276,25 @@ def test_a_parked_engine_frees_its_memory_and_wakes_with_its_children_untouched(
 
 
 @pytest.mark.system
+def test_an_engine_in_use_is_not_parked_under_its_user(lab):
+    """A park request while the host holds the engine is refused (the parent's `park`
+    takes the engine lock without waiting); once the use ends, the next request parks."""
+    import docker
+
+    from nestednet.lab import engine
+
+    state = LABS / lab / "n1" / "state"
+    parent = docker.from_env().containers.get(f"{lab}-n1")
+    with engine.using(state, parent) as client:
+        engine.park([parent])
+        time.sleep(1.5)
+        assert engine.state(state) == "up"
+        assert client.ping()
+    engine.park([parent])
+    assert _wait_engine(lab, "n1", "parked", 20)
+
+
+@pytest.mark.system
 def test_an_engine_unused_for_its_idle_interval_parks_itself():
     """NESTEDNET_ENGINE_IDLE=2 at create: an engine woken by `exec` parks 2-4 s later by
     itself; `create` parked it once the node was built."""
