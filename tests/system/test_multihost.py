@@ -33,9 +33,10 @@ from ca_checks import check_table, play_checked, wait
 from labs import build_user_image, swap_code
 
 from nestednet import images
-from nestednet.adapters import netlink, tc
+from nestednet.adapters import netlink, openflow, tc
 from nestednet.ca.session import CaSession, plan_shaping
 from nestednet.capabilities.hosts import host_checks
+from nestednet.errors import EnvironmentProblem
 from nestednet.lab import designs
 from nestednet.lab import multihost as mh
 from nestednet.lab.nodes import Lab
@@ -44,6 +45,7 @@ from nestednet.lab.route_watch import gnab_pids
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
+from nestednet.model import tunnels
 from nestednet.model.addressing import AddressPlan
 from nestednet.model.events import HOST_FLOWS, host_flows_summary, percentile, read_events
 from nestednet.model.scenario_file import load_scenario
@@ -86,11 +88,32 @@ def hosts():
 
 @pytest.fixture(scope="module")
 def hosts_file(hosts, tmp_path_factory) -> Path:
+    """The hosts addressed as if remote: OVSDB over TCP on their addresses (OpenFlow goes
+    to each lab's listener there); only the netlink part uses `emulated`."""
     path = tmp_path_factory.mktemp("hosts") / "hosts.json"
     path.write_text(json.dumps({"hosts": [
-        {"name": h.name, "address": h.address, "emulated": h.name}
+        {"name": h.name, "address": h.address, "emulated": h.name,
+         "ovsdb": hosts.control.ovsdb(h.address, secure=False)}
         for h in hosts.hostset.hosts]}))
     return path
+
+
+@pytest.fixture(scope="module")
+def ssl_hosts_file(hosts, tmp_path_factory) -> Path:
+    """The same hosts with every control session SSL: OVSDB at `ssl:` remotes, OpenFlow
+    to `pssl:` listeners, this machine's key and certificate from the test PKI."""
+    path = tmp_path_factory.mktemp("hosts") / "hosts-ssl.json"
+    path.write_text(json.dumps({"hosts": [
+        {"name": h.name, "address": h.address, "emulated": h.name,
+         "ovsdb": hosts.control.ovsdb(h.address, secure=True)}
+        for h in hosts.hostset.hosts], "ssl": vars(hosts.control.tls)}))
+    return path
+
+
+def listeners(hosts, lab: str) -> dict[str, list[str]]:
+    """Each host's main-bridge controller targets for ``lab``, read through the host's own
+    OVSDB socket (the test's view, not the CLI's)."""
+    return {n: h.ovs.controllers(topo.main_bridge(lab)) for n, h in hosts.handles.items()}
 
 
 def ping(node: int, iphy: int, address: str, count: int = 3) -> int:
@@ -145,13 +168,23 @@ def uptime() -> str:
 
 
 def test_doctor_hosts_passes_on_the_emulated_hosts(hosts):
+    """`doctor --hosts` reaches each host's OVSDB over TCP and over SSL; SSL with a CA that
+    did not sign the host's certificate fails (the session really checks it)."""
+    tls = hosts.control.tls
+    wrong_ca = pl.Tls(tls.private_key, tls.certificate,
+                      str(hosts.control.pki / "controllerca" / "cacert.pem"))
     for name, host in zip(hosts.names, hosts.hostset.hosts, strict=True):
         handle = hosts.handles[name]
+        for secure in (False, True):
+            described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
+                                hosts.control.ovsdb(host.address, secure))
+            checks = host_checks(described, images.DIND_IMAGE, tls=tls)
+            assert [c.name for c in checks if not c.ok] == [], checks
+            print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
         described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
-                            f"unix:{handle.state_here}/ovs/db.sock")
-        checks = host_checks(described, images.DIND_IMAGE)
-        assert [c.name for c in checks if not c.ok] == [], checks
-        print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
+                            hosts.control.ovsdb(host.address, True))
+        refused = host_checks(described, images.DIND_IMAGE, tls=wrong_ca)
+        assert [c.name for c in refused if not c.ok] == [f"{name} ovs"], refused
 
 
 def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
@@ -165,6 +198,9 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
     assert done.returncode == 0, done.stderr
     print(done.stdout)
     try:
+        port = tunnels.openflow_port(LAB, hosts.hostset)
+        assert listeners(hosts, LAB) == {n: [f"ptcp:{port}:{h.address}"] for n, h in zip(
+            hosts.names, hosts.hostset.hosts, strict=True)}
         status = json.loads(nn("status", "--lab", LAB, "--json").stdout)
         assert status["kind"] == "swarm"
         assert {n["node"]: n["host"] for n in status["nodes"]} == {
@@ -608,17 +644,25 @@ def _babel_run(tmp_path: Path) -> str:
     return f"nestednet run (babel): routes {summary['routes']}"
 
 
-def test_direct_routing_in_a_run_over_two_hosts(hosts, hosts_file, tmp_path):
-    """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1): in a `nestednet
-    run` that links them, each GNAB agent routes to the other's node address through the
-    cross-host link (the run's route events, read in the GNABs through their hosts), and
-    n1's GNAB reaches n2's node address while the link is up."""
+def test_direct_routing_in_a_run_over_two_hosts(hosts, ssl_hosts_file, tmp_path):
+    """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1), every control
+    session SSL (the hosts file's `ssl`): the main bridges listen with `pssl:`, which
+    refuses a client whose certificate the host's CA did not sign, and a client refuses
+    a host its CA did not sign; in a `nestednet run` that links them, each GNAB agent
+    routes to the other's node address through the cross-host link (the run's route
+    events, read in the GNABs through their hosts), and n1's GNAB reaches n2's node
+    address while the link is up."""
     t0 = time.monotonic()
-    done = nn("create", "--lab", DIRECT, "-n", "2", "-m", "1", "--hosts", str(hosts_file),
+    done = nn("create", "--lab", DIRECT, "-n", "2", "-m", "1", "--hosts", str(ssl_hosts_file),
               "--routing", "direct")
     create_s = time.monotonic() - t0
     assert done.returncode == 0, done.stderr
     try:
+        hostset = pl.load_hosts(ssl_hosts_file)
+        port = tunnels.openflow_port(DIRECT, hostset)
+        assert listeners(hosts, DIRECT) == {h.name: [f"pssl:{port}:{h.address}"]
+                                            for h in hostset.hosts}
+        _ssl_sessions_are_checked(hosts, hostset, DIRECT, port)
         path = tmp_path / "pair.json"
         path.write_text(json.dumps({
             "format": "nestednet-scenario/1", "name": "pair-2x1", "duration": 6, "iphys": 1,
@@ -654,7 +698,34 @@ def test_direct_routing_in_a_run_over_two_hosts(hosts, hosts_file, tmp_path):
     assert mh.leftovers(DIRECT, hosts.manager, hosts.handles.values()) == []
 
 
-def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, hosts_file):
+def _ssl_sessions_are_checked(hosts, hostset: pl.HostSet, lab: str, port: int) -> None:
+    """An OpenFlow session with a main bridge's `pssl:` listener works with the hosts
+    file's files, and fails both ways with the wrong ones."""
+    tls = hostset.ssl
+    assert tls is not None
+    work = Path(tls.certificate).parent
+    h0 = hostset.hosts[0]
+    dpid = tunnels.datapath_id(lab, 0)
+    good = openflow.Channel(topo.main_bridge(lab), listener=openflow.Listener(
+        h0.address, port, tls), dpid=dpid)
+    good.close()
+    wrong_ca = pl.Tls(tls.private_key, tls.certificate,
+                      str(hosts.control.pki / "controllerca" / "cacert.pem"))
+    # A client certificate from the hosts' own CA (switchca), which the hosts do not
+    # accept from clients.
+    not_a_controller = pl.Tls(str(work / f"{h0.name}-privkey.pem"),
+                              str(work / f"{h0.name}-cert.pem"), tls.ca_cert)
+    for bad in (wrong_ca, not_a_controller):
+        with pytest.raises(EnvironmentProblem, match="OpenFlow session"):
+            openflow.Channel(topo.main_bridge(lab), timeout=3,
+                             listener=openflow.Listener(h0.address, port, bad),
+                             dpid=dpid).close()
+
+
+def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, ssl_hosts_file):
+    """A create over SSL killed mid-way; `cleanup` removes it from both hosts (OVSDB over
+    SSL from the lab's record)."""
+    hosts_file = ssl_hosts_file
     create = subprocess.Popen([CLI, "create", "--lab", CRASH, "-n", "2", "-m", "1",
                                "--hosts", str(hosts_file)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
