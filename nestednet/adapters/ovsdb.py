@@ -217,15 +217,20 @@ class Ovsdb:
         return bool(self.api.br_exists(name).execute(check_error=True))
 
     def set_controller(self, bridge: str, *targets: str,
-                       connection_mode: str = "out-of-band") -> None:
+                       connection_mode: str = "out-of-band",
+                       inactivity_probe: int | None = None) -> None:
         """Make ``targets`` (e.g. tcp:127.0.0.1:16653) the bridge's OpenFlow controllers.
 
         Out-of-band: the controller is reached over the host's own stack (loopback), so
         the in-band hidden flows, which would steer ARP on the bridge, are not wanted.
+        ``inactivity_probe`` (ms; 0: never) overrides OVS's 5 s: a passive listener's
+        sessions are closed when an echo request goes unanswered for that long.
         """
+        extra = {} if inactivity_probe is None else {"inactivity_probe": inactivity_probe}
         with self.api.transaction(check_error=True) as txn:
             controllers = [txn.add(self.api.db_create("Controller", target=target,
-                                                      connection_mode=connection_mode))
+                                                      connection_mode=connection_mode,
+                                                      **extra))
                            for target in targets]
             txn.add(self.api.db_set("Bridge", bridge, ("controller", controllers)))
 

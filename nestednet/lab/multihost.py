@@ -133,7 +133,10 @@ def _make_main_bridge(lab: str, dp: DataPlane, host: HostHandle, datapath: str) 
                         fail_mode="secure",
                         other_config={"datapath-id": f"{dp.dpid(host.name):016x}",
                                       "disable-in-band": "true"})
-    host.ovs.set_controller(bridge, host.listener(dp.openflow_port).passive())
+    # No inactivity probes: a CA's session idles while agents say HELLO, and OVS closes
+    # a session whose echo request is unanswered for two intervals (5 s by default).
+    host.ovs.set_controller(bridge, host.listener(dp.openflow_port).passive(),
+                            inactivity_probe=0)
     host.channel(bridge, dp.openflow_port, dp.dpid(host.name), wait=LISTENER_WAIT).close()
 
 

@@ -397,8 +397,8 @@ class FakeOvs:
     def add_bridge(self, name, **kw) -> None:
         self.calls.append(("add_bridge", name, kw))
 
-    def set_controller(self, bridge, *targets) -> None:
-        self.calls.append(("set_controller", bridge, targets))
+    def set_controller(self, bridge, *targets, inactivity_probe=None) -> None:
+        self.calls.append(("set_controller", bridge, targets, inactivity_probe))
 
     def add_port(self, bridge, port, **kw) -> None:
         self.calls.append(("add_port", bridge, port))
@@ -420,7 +420,7 @@ def test_a_main_bridge_listens_on_its_hosts_address_and_is_checked_at_once(
     assert kw["other_config"] == {"datapath-id": f"{links.dp.dpid('hostA'):016x}",
                                   "disable-in-band": "true"}
     assert controller == ("set_controller", "mh-main",
-                          (f"ptcp:{links.dp.openflow_port}:10.0.0.1",))
+                          (f"ptcp:{links.dp.openflow_port}:10.0.0.1",), 0)
     assert [(c.target, c.dpid, c.closed) for c in FakeChannel.opened] == [
         (_target("hostA"), links.dp.dpid("hostA"), True)]
 
