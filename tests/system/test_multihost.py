@@ -10,7 +10,9 @@ create killed mid-way. A second lab takes the nested labs' options over the two 
 `--cpus`, `--memory`, `--image` and `--routing babel` (a route two hops away, across
 both hosts); a third, `--routing direct` in a run. The first lab routes with `none`, so
 its CA step bench stays comparable between runs (with `direct`, each link change also
-starts `ip` processes in the agents: docs/multihost.md section 4c).
+starts `ip` processes in the agents: docs/multihost.md section 4c). The hosts are
+addressed as if remote: OVSDB on their addresses over TCP (the direct lab and the killed
+create over SSL), OpenFlow to each lab's listeners there (section 4d).
 
 Marked `multihost` (and `system`); `make test` runs it as its own stage (about 5
 minutes: it starts two Docker engines and loads a 542 MB image into each), and
@@ -340,9 +342,10 @@ def _pct(values: list[float], q: float) -> float:
 
 def _step_bench(hosts, repeats: int = 15) -> str:
     """A CA-like step (3 links added in one `apply_step`, then removed) on the lab's hosts:
-    3 cross-host links (a bundle on each host, the hosts in parallel) against 3 links on
-    one host (one bundle), alternating in the same run; wall time per add step and the
-    spread between the hosts' bundles, p50/p90 in ms."""
+    3 cross-host links (a batch over each host's OpenFlow session, every host's sent
+    before any answer is read) against 3 links on one host (one batch), alternating in the
+    same run; wall time per add step (sessions opened included) and the spread between
+    the hosts' batches, p50/p90 in ms."""
     record = LabRecord(LAB)
     design = designs.of(record.meta())
     try:
