@@ -1,25 +1,33 @@
-"""OpenFlow rules on a host OVS bridge, in batches, through `ovs-ofctl`.
+"""OpenFlow rules on OVS bridges: batches through `ovs-ofctl` on this machine's bridges,
+and `Channel`, a persistent OpenFlow 1.3 session, for callers that change flows often
+or reach a bridge over the network.
 
-Neither python-ovs nor ovsdbapp speaks OpenFlow (they speak OVSDB), so flows go
-through `ovs-ofctl --bundle add-flows BRIDGE -`: one process per batch, any number
-of adds and deletes applied atomically (about 9 ms per call here), which is what
-the CA needs for a whole step at once. Every flow carries a cookie naming what it
-belongs to, so removal deletes exactly those flows and nothing else.
+Neither python-ovs nor ovsdbapp speaks OpenFlow (they speak OVSDB), so one-host labs
+use `ovs-ofctl --bundle add-flows BRIDGE -`: one process per batch, any number of adds
+and deletes applied atomically (about 9 ms per call here). `Channel` talks OpenFlow
+itself, with os-ken's message classes, over a bridge's management socket or over TCP
+or SSL to a listener the bridge was given (`Listener`: how a lab over several hosts
+reaches its hosts' main bridges, docs/multihost.md). Every flow carries a cookie naming
+what it belongs to, so removal deletes exactly those flows and nothing else.
 """
 
 from __future__ import annotations
 
 import re
+import select
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import threading
+import time
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from nestednet.errors import EnvironmentProblem
+from nestednet.model.placement import Tls
 
 PROTOCOL = "OpenFlow13"
 LINK_PRIORITY = 100
@@ -104,6 +112,43 @@ def dump(bridge: str) -> list[Flow]:
     return flows
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A bridge's OpenFlow listener on the network: the bridge is given `passive()` as a
+    controller target (ovs-vswitchd listens there), sessions connect to `address:port`.
+    With ``tls`` the listener is SSL (`pssl:`; the host's OVS holds its own key and
+    certificate in its SSL table) and sessions present this machine's certificate."""
+
+    address: str
+    port: int
+    tls: Tls | None = None
+
+    def passive(self) -> str:
+        """The bridge's controller target: listen on the host's address only."""
+        return f"{'pssl' if self.tls else 'ptcp'}:{self.port}:{self.address}"
+
+    def __str__(self) -> str:
+        return f"{'ssl' if self.tls else 'tcp'}:{self.address}:{self.port}"
+
+
+def tls_context(tls: Tls) -> ssl.SSLContext:
+    """A client context as OVS's own clients use it: this machine's key and certificate,
+    the peer's certificate checked against ``tls.ca_cert``, no host name check (OVS's
+    certificates name switches and controllers, not addresses: `ovs-pki`)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    try:
+        context.load_cert_chain(tls.certificate, tls.private_key)
+        context.load_verify_locations(tls.ca_cert)
+    except (OSError, ssl.SSLError) as exc:
+        raise EnvironmentProblem(f"SSL files not usable ({tls.certificate}, {tls.private_key}, "
+                                 f"{tls.ca_cert}): {exc}",
+                                 hint="the hosts file's `ssl` names PEM files on this "
+                                      "machine") from exc
+    return context
+
+
 Rule = tuple[int, int, int, int | None, int | None]
 """One rule of a multi-host link for `Channel.submit`: (cookie, in_port, out_port,
 match_tag, push_tag), as `host_flow_line` writes it."""
@@ -122,7 +167,12 @@ class Channel:
     """
 
     def __init__(self, bridge: str, rundir: str = "/var/run/openvswitch",
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, *, listener: Listener | None = None,
+                 dpid: int | None = None) -> None:
+        """A session with ``bridge``: through its management socket in ``rundir``, or,
+        given ``listener``, over TCP/SSL to it. Given ``dpid``, the switch must answer
+        FEATURES with that datapath id: over the network a port names no bridge, and
+        a session must not change another bridge's flows."""
         # Lazy: only os-ken's message classes, which need no eventlet (os_ken_compat's
         # shim imports eventlet, and a thread that imports eventlet cannot be joined).
         from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
@@ -138,18 +188,59 @@ class Channel:
         """Error replies since the last barrier reply: they belong to the next one's batch."""
         self.bridge = bridge
         self._timeout = timeout
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
+        where = str(listener) if listener else f"unix:{rundir}/{bridge}.mgmt"
+        self.target = where
         try:
-            self._sock.connect(f"{rundir}/{bridge}.mgmt")
+            self._sock = self._connect(bridge, rundir, listener, timeout)
+        except (OSError, EnvironmentProblem) as exc:
+            raise EnvironmentProblem(f"no OpenFlow session with bridge {bridge} at {where}: "
+                                     f"{exc}") from exc
+        try:
             self._send(self._parser.OFPHello(self._dp))
             kind, _, _ = self._receive()
+            if kind != self._ofp.OFPT_HELLO:
+                raise EnvironmentProblem(f"bridge {bridge} at {where} did not answer the "
+                                         "OpenFlow HELLO")
+            if dpid is not None:
+                found = self.datapath_id()
+                if found != dpid:
+                    raise EnvironmentProblem(
+                        f"the switch at {where} is not bridge {bridge}: datapath id "
+                        f"{found:016x}, expected {dpid:016x}",
+                        hint="another lab's bridge listens on that port: give this lab "
+                             "its own `openflow_port` in the hosts file")
         except OSError as exc:
             self._sock.close()
-            raise EnvironmentProblem(f"no OpenFlow session with bridge {bridge}: {exc}") from exc
-        if kind != self._ofp.OFPT_HELLO:
+            raise EnvironmentProblem(f"no OpenFlow session with bridge {bridge} at {where}: "
+                                     f"{exc}") from exc
+        except BaseException:
             self._sock.close()
-            raise EnvironmentProblem(f"bridge {bridge} did not answer the OpenFlow HELLO")
+            raise
+
+    @staticmethod
+    def _connect(bridge: str, rundir: str, listener: Listener | None,
+                 timeout: float) -> socket.socket:
+        if listener is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            try:
+                sock.connect(f"{rundir}/{bridge}.mgmt")
+            except OSError:
+                sock.close()
+                raise
+            return sock
+        sock = socket.create_connection((listener.address, listener.port), timeout=timeout)
+        # Batches are small writes answered at once: no Nagle delay on them.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if listener.tls is None:
+            return sock
+        try:
+            wrapped = tls_context(listener.tls).wrap_socket(sock)
+        except BaseException:
+            sock.close()
+            raise
+        wrapped.settimeout(timeout)
+        return wrapped
 
     def close(self) -> None:
         self._sock.close()
@@ -183,7 +274,7 @@ class Channel:
         self._sock.settimeout(self._timeout if block else 0.0)
         try:
             chunk = self._sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
             return False
         finally:
             self._sock.settimeout(self._timeout)
@@ -204,17 +295,21 @@ class Channel:
 
     def _dispatch(self) -> None:
         while (message := self._take()) is not None:
-            kind, xid, body = message
-            if kind == self._ofp.OFPT_ERROR:
-                err_type, err_code = struct.unpack("!HH", body[:4])
-                self._errors.append(f"xid {xid}: type {err_type} code {err_code}")
-            elif kind == self._ofp.OFPT_ECHO_REQUEST:
-                self._sock.sendall(struct.pack("!BBHI", self._ofp.OFP_VERSION,
-                                               self._ofp.OFPT_ECHO_REPLY, 8 + len(body), xid)
-                                   + body)
-            elif kind == self._ofp.OFPT_BARRIER_REPLY and xid in self._waiting:
-                done, errors, self._errors = self._waiting.pop(xid), self._errors, []
-                done(errors)
+            self._handle(*message)
+
+    def _handle(self, kind: int, xid: int, body: bytes) -> None:
+        """One message from the switch: errors wait for their batch's barrier reply,
+        echo requests are answered, a barrier reply completes its batch."""
+        if kind == self._ofp.OFPT_ERROR:
+            err_type, err_code = struct.unpack("!HH", body[:4])
+            self._errors.append(f"xid {xid}: type {err_type} code {err_code}")
+        elif kind == self._ofp.OFPT_ECHO_REQUEST:
+            self._sock.sendall(struct.pack("!BBHI", self._ofp.OFP_VERSION,
+                                           self._ofp.OFPT_ECHO_REPLY, 8 + len(body), xid)
+                               + body)
+        elif kind == self._ofp.OFPT_BARRIER_REPLY and xid in self._waiting:
+            done, errors, self._errors = self._waiting.pop(xid), self._errors, []
+            done(errors)
 
     def _output_flow(self, cookie: int, in_port: int, out_port: int,
                      match_tag: int | None = None, push_tag: int | None = None) -> object:
@@ -233,20 +328,67 @@ class Channel:
                             instructions=[p.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
                                                                   actions)])
 
-    def _delete_cookie(self, cookie: int) -> object:
+    def _delete_cookie(self, cookie: int, mask: int = (1 << 64) - 1) -> object:
         ofp = self._ofp
-        return self._parser.OFPFlowMod(self._dp, cookie=cookie, cookie_mask=(1 << 64) - 1,
+        return self._parser.OFPFlowMod(self._dp, cookie=cookie, cookie_mask=mask,
                                        table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
                                        out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
 
+    def _request(self, message: object, reply_kind: int) -> list[bytes]:
+        """Send ``message`` and return the bodies of its replies (several for a
+        multipart reply), handling whatever else the switch sends meanwhile."""
+        with self._lock:
+            xid = self._send(message)
+            bodies: list[bytes] = []
+            while True:
+                kind, got, body = self._receive()
+                if got != xid:
+                    self._handle(kind, got, body)
+                    continue
+                if kind == self._ofp.OFPT_ERROR:
+                    err_type, err_code = struct.unpack("!HH", body[:4])
+                    raise EnvironmentProblem(f"bridge {self.bridge} refused a request: "
+                                             f"type {err_type} code {err_code}")
+                if kind != reply_kind:
+                    continue
+                bodies.append(body)
+                if kind != self._ofp.OFPT_MULTIPART_REPLY or \
+                        not struct.unpack("!HH", body[:4])[1] & self._ofp.OFPMPF_REPLY_MORE:
+                    return bodies
+
+    def datapath_id(self) -> int:
+        """The switch's datapath id (its FEATURES reply)."""
+        body = self._request(self._parser.OFPFeaturesRequest(self._dp),
+                             self._ofp.OFPT_FEATURES_REPLY)[0]
+        return int(struct.unpack("!Q", body[:8])[0])
+
+    def cookies(self) -> set[int]:
+        """The cookies of every flow on the bridge (a flow-stats request over the session,
+        what `cookies` reads through ovs-ofctl)."""
+        ofp = self._ofp
+        request = self._parser.OFPFlowStatsRequest(self._dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY,
+                                                   ofp.OFPG_ANY, 0, 0, self._parser.OFPMatch())
+        found: set[int] = set()
+        for body in self._request(request, ofp.OFPT_MULTIPART_REPLY):
+            offset = 8  # multipart header: type, flags, pad
+            while offset + 32 <= len(body):
+                (length,) = struct.unpack("!H", body[offset:offset + 2])
+                # ofp_flow_stats: length, table, pad, duration (8), priority, idle, hard,
+                # flags, pad (4), then the cookie.
+                found.add(int(struct.unpack("!Q", body[offset + 24:offset + 32])[0]))
+                offset += max(length, 32)
+        return found
+
     def submit(self, done: Callable[[list[str]], None], *,
                add: Iterable[tuple[int, int, int]] = (), delete: Iterable[int] = (),
-               rules: Iterable[Rule] = ()) -> None:
-        """Send a batch: delete cookies, add (cookie, port a, port b) link pairs and single
-        ``rules``, then a barrier. ``done(errors)`` is called from ``read``/``wait`` once
-        the switch has applied it (``errors``: its refusals, empty when all went in); at
-        once when the batch is empty."""
+               rules: Iterable[Rule] = (),
+               delete_masked: Iterable[tuple[int, int]] = ()) -> None:
+        """Send a batch: delete cookies (and (cookie, mask) pairs), add (cookie, port a,
+        port b) link pairs and single ``rules``, then a barrier. ``done(errors)`` is
+        called from ``read``/``wait`` once the switch has applied it (``errors``: its
+        refusals, empty when all went in); at once when the batch is empty."""
         messages = [self._delete_cookie(cookie) for cookie in delete]
+        messages += [self._delete_cookie(cookie, mask) for cookie, mask in delete_masked]
         for cookie, a, b in add:
             messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
         messages += [self._output_flow(*rule) for rule in rules]
@@ -285,3 +427,41 @@ class Channel:
         if outcome[0]:
             raise EnvironmentProblem(f"bridge {self.bridge} refused flow changes: "
                                      + "; ".join(outcome[0][:5]))
+
+
+Batch = tuple[list[Rule], list[int], list[tuple[int, int]]]
+"""One bridge's part of a batch: rules to add, cookies to delete, (cookie, mask) to delete."""
+
+
+def apply_all(channels: Mapping[str, Channel], work: Mapping[str, Batch],
+              timeout: float) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Send every bridge its part of a batch before reading any answer, so the bridges
+    (a lab's hosts) apply it in parallel without a thread each; then read their answers
+    as they come. Returns when each was done (seconds from the start) and what each
+    refused; raises if one does not answer within ``timeout``."""
+    start = time.monotonic()
+    finished: dict[str, float] = {}
+    refused: dict[str, list[str]] = {}
+
+    def answered(name: str) -> Callable[[list[str]], None]:
+        def record(errors: list[str]) -> None:
+            finished[name] = time.monotonic() - start
+            if errors:
+                refused[name] = errors
+        return record
+
+    for name, (rules, cookies, masked) in sorted(work.items()):
+        channels[name].submit(answered(name), delete=cookies, rules=rules,
+                              delete_masked=masked)
+    deadline = start + timeout
+    while len(finished) < len(work):
+        waiting = [channels[n] for n in work if n not in finished]
+        left = deadline - time.monotonic()
+        ready = select.select(waiting, [], [], max(0.0, left))[0] if left > 0 else []
+        if not ready:
+            raise EnvironmentProblem(
+                f"no answer within {timeout:.0f} s from the bridge at "
+                f"{', '.join(sorted(channels[n].target for n in work if n not in finished))}")
+        for channel in ready:
+            channel.read()
+    return finished, refused

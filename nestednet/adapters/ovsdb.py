@@ -1,8 +1,9 @@
 """Thin adapter over OVSDB (python-ovs through ovsdbapp): bridges and ports.
 
 The host's main bridge and each node's internal bridge (whose ovsdb socket the node
-parent publishes) are driven through the same class. Every bridge and port we make
-carries our labels in external_ids, which is how cleanup finds exactly ours.
+parent publishes) are driven through the same class, and so are the main bridges of a
+lab's other hosts, over `tcp:` or `ssl:` remotes (python-ovs streams). Every bridge and
+port we make carries our labels in external_ids, which is how cleanup finds exactly ours.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Mapping
 
 from nestednet.errors import EnvironmentProblem
+from nestednet.model.placement import Tls
 
 HOST_DB = "unix:/var/run/openvswitch/db.sock"
 
@@ -69,6 +71,25 @@ pure-Python JSON parser of python-ovs spent most of a lab create's own CPU time 
 on a host where many bridges and ports exist."""
 
 
+def use_tls(tls: Tls) -> None:
+    """Make ``tls`` the key, certificate and CA certificate of this process's `ssl:`
+    OVSDB sessions. python-ovs keeps one SSL configuration per process (class-level in
+    ovs.stream.SSLStream), which suits us: one hosts file per command."""
+    for path in (tls.private_key, tls.certificate, tls.ca_cert):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise EnvironmentProblem(f"SSL file {path}: {exc.strerror}",
+                                     hint="the hosts file's `ssl` names PEM files on this "
+                                          "machine") from exc
+    from ovs.stream import Stream
+
+    Stream.ssl_set_private_key_file(tls.private_key)
+    Stream.ssl_set_certificate_file(tls.certificate)
+    Stream.ssl_set_ca_cert_file(tls.ca_cert)
+
+
 def _schema_helper(remote: str):
     from ovs.db import idl as ovs_idl
     from ovsdbapp.backend.ovs_idl import idlutils
@@ -93,13 +114,14 @@ class LazyOvsdb:
     _keep_python_signal_handling), so `nestednet run`'s worker thread must not open one
     it does not use."""
 
-    def __init__(self, remote: str) -> None:
+    def __init__(self, remote: str, tls: Tls | None = None) -> None:
         self.remote = remote
+        self.tls = tls
         self._db: Ovsdb | None = None
 
     def __getattr__(self, name: str):
         if self._db is None:
-            self._db = Ovsdb(self.remote)
+            self._db = Ovsdb(self.remote, tls=self.tls)
         return getattr(self._db, name)
 
     def close(self) -> None:
@@ -110,11 +132,20 @@ class LazyOvsdb:
 class Ovsdb:
     """A connection to one ovsdb-server (Open_vSwitch database)."""
 
-    def __init__(self, remote: str = HOST_DB, *, timeout: int = TRANSACTION_TIMEOUT) -> None:
+    def __init__(self, remote: str = HOST_DB, *, timeout: int = TRANSACTION_TIMEOUT,
+                 tls: Tls | None = None) -> None:
+        """Connect to ``remote`` (unix:PATH, tcp:IP:PORT, ssl:IP:PORT; `ssl:` needs
+        ``tls``, this machine's side of the session)."""
         from ovsdbapp.backend.ovs_idl import connection
         from ovsdbapp.schema.open_vswitch import impl_idl
 
         self.remote = remote
+        if remote.startswith("ssl:"):
+            if tls is None:
+                raise EnvironmentProblem(f"OVSDB remote {remote} is SSL but no key, "
+                                         "certificate and CA certificate were given",
+                                         hint="the hosts file's `ssl`")
+            use_tls(tls)
         try:
             with _CONNECT_LOCK:
                 idl = connection.OvsdbIdl.from_server(remote, "Open_vSwitch",
@@ -206,15 +237,20 @@ class Ovsdb:
         return bool(self.api.br_exists(name).execute(check_error=True))
 
     def set_controller(self, bridge: str, *targets: str,
-                       connection_mode: str = "out-of-band") -> None:
+                       connection_mode: str = "out-of-band",
+                       inactivity_probe: int | None = None) -> None:
         """Make ``targets`` (e.g. tcp:127.0.0.1:16653) the bridge's OpenFlow controllers.
 
         Out-of-band: the controller is reached over the host's own stack (loopback), so
         the in-band hidden flows, which would steer ARP on the bridge, are not wanted.
+        ``inactivity_probe`` (ms; 0: never) overrides OVS's 5 s: a passive listener's
+        sessions are closed when an echo request goes unanswered for that long.
         """
+        extra = {} if inactivity_probe is None else {"inactivity_probe": inactivity_probe}
         with self.api.transaction(check_error=True) as txn:
             controllers = [txn.add(self.api.db_create("Controller", target=target,
-                                                      connection_mode=connection_mode))
+                                                      connection_mode=connection_mode,
+                                                      **extra))
                            for target in targets]
             txn.add(self.api.db_set("Bridge", bridge, ("controller", controllers)))
 

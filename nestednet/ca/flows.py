@@ -5,8 +5,6 @@ in a lab over several hosts, a batch's flows on every host its links touch
 
 from __future__ import annotations
 
-import select
-import time
 from collections.abc import Callable
 
 from nestednet.adapters import openflow
@@ -97,7 +95,8 @@ class HostsInstaller:
     """A FlowInstaller for a lab over several hosts (nestednet.lab.multihost.HostLinks).
 
     One persistent OpenFlow session per host's main bridge (openflow.Channel, as
-    MainBridgeInstaller keeps for one bridge; here through the host's management socket).
+    MainBridgeInstaller keeps for one bridge; here over TCP or SSL to the listener the
+    lab gave the bridge on the host's address, its datapath id checked).
     A batch is sent to every host its links touch before any answer is awaited, so the
     hosts apply it in parallel without a thread per host; the call returns once every
     host has applied its part (its barrier reply), so an agent hears "linked" only when
@@ -126,8 +125,8 @@ class HostsInstaller:
     def _channel(self, host: str) -> openflow.Channel:
         if host not in self._channels:
             assert self.links.hosts is not None
-            self._channels[host] = openflow.Channel(
-                self.links.bridge, rundir=self.links.hosts[host].ovs_rundir,
+            self._channels[host] = self.links.hosts[host].channel(
+                self.links.bridge, self.dp.openflow_port, self.dp.dpid(host),
                 timeout=self.timeout)
         return self._channels[host]
 
@@ -135,50 +134,27 @@ class HostsInstaller:
         return (self.endpoint_of(link.a, link.a_iphy), self.endpoint_of(link.b, link.b_iphy))
 
     def install(self, links: list[LinkEnds]) -> None:
-        work: dict[str, tuple[list[openflow.Rule], list[int]]] = {}
+        work: dict[str, openflow.Batch] = {}
         for a, b in map(self._ends, links):
             for flow in self.dp.link_flows(a, b):
-                work.setdefault(flow.host, ([], []))[0].append(
+                work.setdefault(flow.host, ([], [], []))[0].append(
                     (self.links.cookie(a, b), flow.in_port, flow.out_port, flow.match_tag,
                      flow.push_tag))
         self._apply("add", len(links), work)
 
     def remove(self, links: list[LinkEnds]) -> None:
-        work: dict[str, tuple[list[openflow.Rule], list[int]]] = {}
+        work: dict[str, openflow.Batch] = {}
         for a, b in map(self._ends, links):
             for host in self.dp.hosts_of_link(a, b):
-                work.setdefault(host, ([], []))[1].append(self.links.cookie(a, b))
+                work.setdefault(host, ([], [], []))[1].append(self.links.cookie(a, b))
         self._apply("remove", len(links), work)
 
-    def _apply(self, op: str, count: int,
-               work: dict[str, tuple[list[openflow.Rule], list[int]]]) -> None:
+    def _apply(self, op: str, count: int, work: dict[str, openflow.Batch]) -> None:
         """Send each host its part, then read the hosts' answers as they come."""
         if not work:
             return
-        start = time.monotonic()
-        finished: dict[str, float] = {}
-        refused: dict[str, list[str]] = {}
-
-        def answered(host: str) -> Callable[[list[str]], None]:
-            def record(errors: list[str]) -> None:
-                finished[host] = time.monotonic() - start
-                if errors:
-                    refused[host] = errors
-            return record
-
-        for host, (rules, cookies) in sorted(work.items()):
-            self._channel(host).submit(answered(host), delete=cookies, rules=rules)
-        deadline = start + self.timeout
-        while len(finished) < len(work):
-            waiting = [self._channels[h] for h in work if h not in finished]
-            left = deadline - time.monotonic()
-            ready = select.select(waiting, [], [], max(0.0, left))[0] if left > 0 else []
-            if not ready:
-                raise EnvironmentProblem(
-                    f"no answer within {self.timeout:.0f} s from the main bridge of "
-                    f"{', '.join(sorted(h for h in work if h not in finished))}")
-            for channel in ready:
-                channel.read()
+        channels = {host: self._channel(host) for host in work}
+        finished, refused = openflow.apply_all(channels, work, self.timeout)
         if refused:
             raise EnvironmentProblem("; ".join(f"host {h} refused flow changes: "
                                                + "; ".join(e[:3]) for h, e in refused.items()))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from nestednet.capabilities.check import Check
-from nestednet.model.placement import Host
+from nestednet.model.placement import Host, Tls
 
 MAX_CLOCK_SKEW_S = 0.5
 """Beyond this, a step's changes on two hosts can no longer count as simultaneous."""
@@ -71,8 +71,9 @@ def clock_skew(system_time: str, now: float) -> float | None:
 
 
 def host_checks(host: Host, image: str, connect: Callable | None = None,
-                ovsdb: Callable | None = None) -> list[Check]:
-    """Every check of one host, over its engine URL and OVSDB remote."""
+                ovsdb: Callable | None = None, tls: Tls | None = None) -> list[Check]:
+    """Every check of one host, over its engine URL and OVSDB remote (an `ssl:` remote
+    with ``tls``, the hosts file's `ssl`)."""
     # Lazy: the docker SDK and python-ovs add start-up time to every `doctor`.
     import docker
 
@@ -103,7 +104,7 @@ def host_checks(host: Host, image: str, connect: Callable | None = None,
                             True))
     else:
         try:
-            with (ovsdb or Ovsdb)(host.ovsdb) as db:
+            with (ovsdb or Ovsdb)(host.ovsdb, tls=tls) as db:
                 checks.append(Check(f"{host.name} ovs", True, f"Open vSwitch {db.ovs_version()}",
                                     needed_for_create=True))
         except Exception as exc:

@@ -34,8 +34,9 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
         from nestednet.capabilities.hosts import host_checks
         from nestednet.model.placement import load_hosts
 
-        checks = [c for h in load_hosts(hosts_file).hosts
-                  for c in host_checks(h, images.DIND_IMAGE)]
+        hostset = load_hosts(hosts_file)
+        checks = [c for h in hostset.hosts
+                  for c in host_checks(h, images.DIND_IMAGE, tls=hostset.ssl)]
     else:
         checks = report(_probe_image())
     ready = ready_for_create(checks)

@@ -9,10 +9,14 @@ their children through runc's --no-new-keyring --no-pivot (images/dind/runc-no-k
 docs/multihost.md); links as flows on one or two hosts. Nodes are wired as nested ones
 are (nestednet.lab.wiring, with the host's namespace as their host side: swarm.py).
 
-A host is reached through a `HostHandle`: its engine, its OVSDB, its network namespace
-and its bridges' OpenFlow sockets as seen from the machine running this code. Today
-that is only true of hosts emulated on this machine (tests/system/emulated_hosts.py);
-a real remote host needs a per-host agent that runs the netlink part there (not built).
+A host is reached through a `HostHandle`. Its control path goes over the network only:
+OVSDB at the host's `ovsdb` remote (tcp: or ssl:) and OpenFlow to a listener each lab
+gives its main bridge on the host's address (`ptcp:`/`pssl:`, port and datapath id
+from nestednet.model.tunnels), so the CA and `link` reach a real host as they reach an
+emulated one. The netlink part of wiring (tunnels, veths into parents, tc) and the
+state directories still need the host's namespace and files on this machine, true only
+of hosts emulated here (tests/system/emulated_hosts.py); docs/multihost.md section 5
+says what a real host needs for that part.
 Every resource is named after the lab and labelled with it, so `delete_lab` finds what
 a crashed run left.
 """
@@ -23,7 +27,6 @@ import contextlib
 import shutil
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +43,7 @@ from nestednet.lab.record import DIRECTORY, OVS_BRIDGE, SERVICE, VETH, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
-from nestednet.model.placement import Host, HostSet
+from nestednet.model.placement import Host, HostSet, Tls
 from nestednet.model.tunnels import VXLAN_PORT, ControlTunnel, DataPlane, Tunnel, control_mtu
 
 PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
@@ -51,30 +54,55 @@ HOST_STATE = "/nestednet"
 """Where an emulated host sees the directory it shares with this machine."""
 
 
+LISTENER_WAIT = 5.0
+"""Seconds a new main bridge's OpenFlow listener may take to come up: ovs-vswitchd
+applies the controller target after the OVSDB transaction that set it has committed."""
+
+
 @dataclass
 class HostHandle:
-    """One host as seen from here."""
+    """One host as seen from here.
+
+    The control path (``engine``, ``ovs``, and OpenFlow sessions to ``address`` through
+    `channel`) is reached over the network. ``netns``, ``pid`` and the state directory
+    are the host's kernel and files on this machine, which only a host emulated here
+    has: the netlink part of wiring and the parents' state files use them."""
 
     name: str
     engine: docker.DockerClient
     ovs: Ovsdb | LazyOvsdb
+    address: str
+    """The host's underlay address: its main bridges' OpenFlow listeners are there."""
+    tls: Tls | None
+    """This machine's side of SSL sessions (hosts file `ssl`); None: plain TCP."""
     netns: str
     """Its network namespace: a /proc/PID/ns/net path."""
     pid: int
     """A pid (in this machine's pid namespace) of its pid namespace's init."""
-    ovs_rundir: str
-    """Where its bridges' .mgmt sockets are, from here."""
     state_here: Path
     state_there: str
     """One directory shared with the host: its path here, and on the host."""
 
-    def bridge_socket(self, bridge: str) -> Path:
-        """The bridge's OpenFlow management socket (there while the bridge exists)."""
-        return Path(self.ovs_rundir) / f"{bridge}.mgmt"
+    def listener(self, port: int) -> openflow.Listener:
+        """Where a main bridge listening on ``port`` is reached (and what it is told to
+        listen on: `Listener.passive`)."""
+        return openflow.Listener(self.address, port, self.tls)
 
-    def bridge_target(self, bridge: str) -> str:
-        """The bridge as an ovs-ofctl target."""
-        return f"unix:{self.ovs_rundir}/{bridge}.mgmt"
+    def channel(self, bridge: str, port: int, dpid: int, *, timeout: float = 10.0,
+                wait: float = 0.0) -> openflow.Channel:
+        """An OpenFlow session with ``bridge`` over the network, refused unless the switch
+        there has datapath id ``dpid``; a refused connection is retried for ``wait``
+        seconds (a bridge just made)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return openflow.Channel(bridge, timeout=timeout, listener=self.listener(port),
+                                        dpid=dpid)
+            except EnvironmentProblem as exc:
+                if not isinstance(exc.__cause__, ConnectionRefusedError) or \
+                        time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
 
 
 # --- lab networks: main bridges and tunnels ---------------------------------------------
@@ -89,10 +117,27 @@ def make_networks(lab: str, dp: DataPlane, hosts: Mapping[str, HostHandle],
         host = hosts[name]
         if record is not None:
             record.add(OVS_BRIDGE, topo.main_bridge(lab), name)
-        host.ovs.add_bridge(topo.main_bridge(lab), datapath_type=datapath,
-                            external_ids={LAB_ID: lab}, fail_mode="secure")
+        _make_main_bridge(lab, dp, host, datapath)
         for tunnel in tunnels:
             _make_tunnel(lab, host, tunnel, underlay_dev, record)
+
+
+def _make_main_bridge(lab: str, dp: DataPlane, host: HostHandle, datapath: str) -> None:
+    """The host's main bridge, listening for OpenFlow on the host's address (the lab's
+    port; SSL when the hosts file gives certificates), with a fixed datapath id that
+    sessions check. In-band control off: the listener is reached over the host's own
+    stack, never through this bridge. A session is opened at once, so a listener this
+    machine cannot reach (a firewall, a wrong address) fails the create here."""
+    bridge = topo.main_bridge(lab)
+    host.ovs.add_bridge(bridge, datapath_type=datapath, external_ids={LAB_ID: lab},
+                        fail_mode="secure",
+                        other_config={"datapath-id": f"{dp.dpid(host.name):016x}",
+                                      "disable-in-band": "true"})
+    # No inactivity probes: a CA's session idles while agents say HELLO, and OVS closes
+    # a session whose echo request is unanswered for two intervals (5 s by default).
+    host.ovs.set_controller(bridge, host.listener(dp.openflow_port).passive(),
+                            inactivity_probe=0)
+    host.channel(bridge, dp.openflow_port, dp.dpid(host.name), wait=LISTENER_WAIT).close()
 
 
 def _make_tunnel(lab: str, host: HostHandle, tunnel: Tunnel, underlay_dev: str,
@@ -216,15 +261,24 @@ def inner_engine(lab: str, node: int, host: HostHandle) -> docker.DockerClient:
 # --- links -------------------------------------------------------------------------------
 
 
-def links(lab: str, hosts: Iterable[HostHandle]) -> set[int]:
-    """Link cookies present on any host's main bridge."""
+def links(lab: str, dp: DataPlane, hosts: Iterable[HostHandle]) -> set[int]:
+    """Link cookies present on any host's main bridge (a host whose listener refuses the
+    connection has no main bridge of the lab: nothing there)."""
     found: set[int] = set()
     for host in hosts:
-        # The bridge's management socket, not OVSDB: `run` reads links on a thread that
-        # must finish (nestednet.adapters.ovsdb.LazyOvsdb says why).
-        if host.bridge_socket(topo.main_bridge(lab)).exists():
-            found |= {c for c in openflow.cookies(host.bridge_target(topo.main_bridge(lab)))
-                      if c >> 48 == COOKIE_MARK >> 48}
+        # OpenFlow, not OVSDB: `run` reads links on a thread that must finish
+        # (nestednet.adapters.ovsdb.LazyOvsdb says why).
+        try:
+            channel = host.channel(topo.main_bridge(lab), dp.openflow_port,
+                                   dp.dpid(host.name))
+        except EnvironmentProblem as exc:
+            if isinstance(exc.__cause__, ConnectionRefusedError):
+                continue
+            raise
+        try:
+            found |= {c for c in channel.cookies() if c >> 48 == COOKIE_MARK >> 48}
+        finally:
+            channel.close()
     return found
 
 
@@ -288,11 +342,13 @@ def _lab_interfaces(ipr, lab: str) -> list[str]:
 # --- reaching the hosts of a lab -----------------------------------------------------------
 
 
-def connect(host: Host, here: docker.DockerClient) -> HostHandle:
-    """A handle on ``host``. Only hosts emulated on this machine (a container of this
-    machine's engine, hosts file field `emulated`) can be driven yet: wiring needs the
-    host's network namespace, which a real remote host would expose through a per-host
-    agent that is not built (docs/multihost.md)."""
+def connect(host: Host, here: docker.DockerClient, tls: Tls | None = None) -> HostHandle:
+    """A handle on ``host``: OVSDB at its `ovsdb` remote (over the network), OpenFlow to
+    its address (``tls``: the hosts file's `ssl`). Only hosts emulated on this machine (a
+    container of this machine's engine, hosts file field `emulated`) can be driven yet:
+    wiring's netlink part needs the host's network namespace here (docs/multihost.md,
+    section 5). An emulated host without `ovsdb` is reached through the OVSDB socket it
+    shares with this machine."""
     if host.emulated is None:
         raise EnvironmentProblem(
             f"host {host.name}: only hosts emulated on this machine can hold a lab's nodes "
@@ -311,10 +367,10 @@ def connect(host: Host, here: docker.DockerClient) -> HostHandle:
         raise EnvironmentProblem(f"host {host.name}: container {host.emulated} is not running "
                                  f"or has no {HOST_STATE} directory shared with this machine")
     state = Path(shared[0])
-    return HostHandle(host.name,
-                      docker.DockerClient(base_url=f"unix://{state}/docker.sock", timeout=300),
-                      LazyOvsdb(f"unix:{state}/ovs/db.sock"), f"/proc/{pid}/ns/net", pid,
-                      str(state / "ovs"), state, HOST_STATE)
+    return HostHandle(
+        host.name, docker.DockerClient(base_url=f"unix://{state}/docker.sock", timeout=300),
+        LazyOvsdb(host.ovsdb or f"unix:{state}/ovs/db.sock", tls), host.address, tls,
+        f"/proc/{pid}/ns/net", pid, state, HOST_STATE)
 
 
 def connect_all(hosts: HostSet, names: Iterable[str], here: docker.DockerClient
@@ -322,7 +378,7 @@ def connect_all(hosts: HostSet, names: Iterable[str], here: docker.DockerClient
     handles: dict[str, HostHandle] = {}
     try:
         for name in names:
-            handles[name] = connect(hosts.named(name), here)
+            handles[name] = connect(hosts.named(name), here, hosts.ssl)
     except BaseException:
         close_all(handles.values())
         raise
@@ -353,7 +409,9 @@ def swarm_manager(handles: Mapping[str, HostHandle]) -> docker.DockerClient:
 @dataclass(frozen=True)
 class HostLinks(LabLinks):
     """`LabLinks` over several hosts: the same cookies, checks and lock; the flows go to
-    every host a link touches (one bundle per host), read back from all of them."""
+    every host a link touches, through an OpenFlow session with each host's main bridge
+    over the network (all hosts sent their part before any answer is read), and are read
+    back from all of them the same way."""
 
     dp: DataPlane | None = None
     hosts: Mapping[str, HostHandle] | None = None
@@ -371,59 +429,63 @@ class HostLinks(LabLinks):
         return self.dp.host_of(end)
 
     def link_cookies(self) -> set[int]:
-        return links(self.lab, self._hosts().values())
+        return links(self.lab, self.dp, self._hosts().values())
 
     def install(self, a: topo.Endpoint, b: topo.Endpoint) -> None:
-        self._apply(self._flow_lines(a, b))
+        self._apply(self._rules(a, b))
 
     def uninstall(self, a: topo.Endpoint, b: topo.Endpoint) -> None:
-        self._apply({h: [openflow.delete_line(self.cookie(a, b))]
-                     for h in self.dp.hosts_of_link(a, b)})
+        self._apply({h: ([], [self.cookie(a, b)], []) for h in self.dp.hosts_of_link(a, b)})
 
     def clear(self) -> None:
-        self._apply({h: [f"delete cookie={COOKIE_MARK:#x}/{0xFFFF << 48:#x}"]
-                     for h in self.dp.tunnels})
+        self._apply({h: ([], [], [(COOKIE_MARK, 0xFFFF << 48)]) for h in self.dp.tunnels})
 
     def apply_step(self, add: list[link_rules.Link], remove: list[link_rules.Link]
                    ) -> dict[str, float]:
-        """One step's removals and additions: one bundle per host touched, the hosts in
-        parallel. Returns when each host's bundle was done, in seconds from the start
-        (their spread is how far apart the hosts changed)."""
-        per_host: dict[str, list[str]] = {}
+        """One step's removals and additions: one batch per host touched, every host's
+        sent before any answer is read. Returns when each host had applied its part, in
+        seconds from the start (their spread is how far apart the hosts changed)."""
+        per_host: dict[str, openflow.Batch] = {}
         for a, b in remove:
             for h in self.dp.hosts_of_link(a, b):
-                per_host.setdefault(h, []).append(openflow.delete_line(self.cookie(a, b)))
+                per_host.setdefault(h, ([], [], []))[1].append(self.cookie(a, b))
         for a, b in add:
-            for h, lines in self._flow_lines(a, b).items():
-                per_host.setdefault(h, []).extend(lines)
+            for h, (rules, _, _) in self._rules(a, b).items():
+                per_host.setdefault(h, ([], [], []))[0].extend(rules)
         return self._apply(per_host)
 
     def describe(self, link: link_rules.Link) -> dict:
         a, b = link
         return {**super().describe(link), "hosts": self.dp.hosts_of_link(a, b)}
 
-    def _flow_lines(self, a: topo.Endpoint, b: topo.Endpoint) -> dict[str, list[str]]:
-        per_host: dict[str, list[str]] = {}
+    def _rules(self, a: topo.Endpoint, b: topo.Endpoint) -> dict[str, openflow.Batch]:
+        per_host: dict[str, openflow.Batch] = {}
         for flow in self.dp.link_flows(a, b):
-            per_host.setdefault(flow.host, []).append(openflow.host_flow_line(
-                self.cookie(a, b), flow.in_port, flow.out_port, match_tag=flow.match_tag,
-                push_tag=flow.push_tag))
+            per_host.setdefault(flow.host, ([], [], []))[0].append(
+                (self.cookie(a, b), flow.in_port, flow.out_port, flow.match_tag,
+                 flow.push_tag))
         return per_host
 
-    def _apply(self, per_host: Mapping[str, list[str]]) -> dict[str, float]:
-        """Each host's bundle, hosts in parallel; seconds from the start to each one done."""
-        work = {name: lines for name, lines in sorted(per_host.items()) if lines}
-        start = time.monotonic()
-
-        def one(name: str) -> float:
-            openflow.apply(self._hosts()[name].bridge_target(self.bridge), work[name])
-            return time.monotonic() - start
-
-        if len(work) <= 1:
-            return {name: one(name) for name in work}
-        with ThreadPoolExecutor(max_workers=len(work),
-                                thread_name_prefix="nestednet-hosts") as pool:
-            return dict(zip(work, pool.map(one, work), strict=True))
+    def _apply(self, per_host: Mapping[str, openflow.Batch]) -> dict[str, float]:
+        """Each host's part over a session with its bridge; seconds from the start until
+        each host had applied it. A host that refuses any of it raises (the other hosts'
+        parts stay applied: the caller's record of links is what it checks)."""
+        work = {name: batch for name, batch in sorted(per_host.items()) if any(batch)}
+        if not work:
+            return {}
+        channels: dict[str, openflow.Channel] = {}
+        try:
+            for name in work:
+                channels[name] = self._hosts()[name].channel(
+                    self.bridge, self.dp.openflow_port, self.dp.dpid(name))
+            finished, refused = openflow.apply_all(channels, work, timeout=10.0)
+        finally:
+            for channel in channels.values():
+                channel.close()
+        if refused:
+            raise EnvironmentProblem("; ".join(f"host {h} refused flow changes: "
+                                               + "; ".join(e[:3]) for h, e in refused.items()))
+        return finished
 
 
 # --- delete from the lab record -----------------------------------------------------------
@@ -442,7 +504,7 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
     reachable = {}
     for name in names:
         try:
-            reachable[name] = connect(hosts.named(name), here)
+            reachable[name] = connect(hosts.named(name), here, hosts.ssl)
         except EnvironmentProblem as exc:
             removed.append(f"{name}: not reachable, nothing removed there ({exc})")
     try:

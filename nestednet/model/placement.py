@@ -43,9 +43,26 @@ class Host:
 
 
 @dataclass(frozen=True)
+class Tls:
+    """The CLI machine's side of SSL sessions with the hosts' OVSDB and OpenFlow
+    listeners: PEM files on this machine (hosts file `ssl`). The hosts hold their own
+    key and certificate, signed by the same CA (docs/multihost.md, "Preparing a host")."""
+
+    private_key: str
+    certificate: str
+    ca_cert: str
+
+
+@dataclass(frozen=True)
 class HostSet:
     hosts: tuple[Host, ...]
     vni: int | None = None
+    openflow_port: int | None = None
+    """The TCP port every main bridge of a lab listens on for OpenFlow; None: derived
+    from the lab name (nestednet.model.tunnels.openflow_port)."""
+    ssl: Tls | None = None
+    """Given: OpenFlow sessions with the hosts are SSL (their bridges listen with
+    `pssl:`), and so must be their `ovsdb` remotes (`ssl:`)."""
 
     def names(self) -> list[str]:
         return [h.name for h in self.hosts]
@@ -79,10 +96,21 @@ def hosts_from_doc(doc: Any, source: str = "hosts file") -> HostSet:
                 problems.add(["hosts", i, key], f"{item[key]!r} is also host "
                              f"#{seen[item[key]] + 1}'s {key}")
             seen.setdefault(item[key], i)
+    ssl = doc.get("ssl")
+    for i, item in enumerate(doc["hosts"]):
+        remote = item.get("ovsdb", "")
+        if ssl is not None and remote.startswith("tcp:"):
+            problems.add(["hosts", i, "ovsdb"], f"{remote!r} is plain TCP while the file "
+                         "gives `ssl`: write ssl:IP:PORT")
+        if ssl is None and remote.startswith("ssl:"):
+            problems.add(["hosts", i, "ovsdb"], f"{remote!r} needs the file's `ssl` (the "
+                         "CLI machine's key, certificate and CA certificate)")
     problems.raise_if_any()
     return HostSet(tuple(Host(h["name"], h["address"], h.get("engine"), h.get("ovsdb"),
                               h.get("capacity"), h.get("emulated")) for h in doc["hosts"]),
-                   doc.get("vni"))
+                   doc.get("vni"), doc.get("openflow_port"),
+                   Tls(ssl["private_key"], ssl["certificate"], ssl["ca_cert"])
+                   if ssl is not None else None)
 
 
 def load_hosts(path: Path) -> HostSet:
@@ -163,4 +191,7 @@ def hosts_used(placement: Mapping[int, str], hosts: Sequence[Host]) -> list[Host
 def hosts_doc(hosts: HostSet) -> dict[str, Any]:
     """A HostSet as a hosts document (what `hosts_from_doc` reads back)."""
     items = [{k: v for k, v in vars(h).items() if v is not None} for h in hosts.hosts]
-    return {"hosts": items, **({"vni": hosts.vni} if hosts.vni is not None else {})}
+    return {"hosts": items, **({"vni": hosts.vni} if hosts.vni is not None else {}),
+            **({"openflow_port": hosts.openflow_port}
+               if hosts.openflow_port is not None else {}),
+            **({"ssl": vars(hosts.ssl)} if hosts.ssl is not None else {})}

@@ -45,6 +45,14 @@ MAX_HOSTS = 64
 CONTROL_VNI_OFFSET = VNI_PAIRS - MAX_HOSTS
 """Host i's control tunnel has VNI base + CONTROL_VNI_OFFSET + i: the top 64 of the
 lab's range, which no host pair reaches (64 hosts make 2016 pairs)."""
+OPENFLOW_PORT_FIRST = 16700
+OPENFLOW_PORTS = 1000
+"""A lab's main bridges listen for OpenFlow on one TCP port in
+[OPENFLOW_PORT_FIRST, OPENFLOW_PORT_FIRST + OPENFLOW_PORTS) unless the hosts file says
+which (`openflow_port`): the range a firewall between the CLI machine and the hosts
+must let through."""
+DPID_MARK = 0x4E4E
+"""The top 16 bits of every main bridge's datapath id ("NN")."""
 
 
 def inner_mtu(underlay_mtu: int = 1500) -> int:
@@ -64,6 +72,23 @@ def vni_base(lab: str, hosts: HostSet) -> int:
     if hosts.vni is not None:
         return hosts.vni
     return 1 + (zlib.crc32(lab.encode()) % 4095) * VNI_PAIRS
+
+
+def openflow_port(lab: str, hosts: HostSet) -> int:
+    """The TCP port of the OpenFlow listener on every main bridge of ``lab``: the hosts
+    file's `openflow_port`, or one derived from the lab name as `vni_base` derives VNIs
+    (labs sharing hosts get different ports; a clash is caught by the datapath id a
+    session checks, `datapath_id`)."""
+    if hosts.openflow_port is not None:
+        return hosts.openflow_port
+    return OPENFLOW_PORT_FIRST + zlib.crc32(b"openflow:" + lab.encode()) % OPENFLOW_PORTS
+
+
+def datapath_id(lab: str, host_index: int) -> int:
+    """The datapath id fixed on ``lab``'s main bridge of host number ``host_index``: an
+    OpenFlow session reads it from the switch's FEATURES reply and refuses a switch
+    that is not this bridge (another lab's listener on the same port, a stale one)."""
+    return (DPID_MARK << 48) | ((zlib.crc32(lab.encode()) & 0xFFFFFFFF) << 16) | host_index
 
 
 @dataclass(frozen=True)
@@ -135,6 +160,10 @@ class DataPlane:
     placement: Placement
     tunnels: Mapping[str, list[Tunnel]]
     slots: Mapping[topo.Endpoint, int]
+    openflow_port: int = OPENFLOW_PORT_FIRST
+    """Where every main bridge of the lab listens for OpenFlow (`openflow_port`)."""
+    dpids: Mapping[str, int] | None = None
+    """Host name -> its main bridge's datapath id (`datapath_id`)."""
 
     @classmethod
     def of(cls, lab: str, plan: AddressPlan, hosts: HostSet, placement: Placement) -> DataPlane:
@@ -148,7 +177,13 @@ class DataPlane:
             raise UsageError(f"{biggest} iPHYs: main-bridge port numbers would reach the "
                              f"tunnel ports ({TUNNEL_OFPORT_BASE})")
         return cls(lab, plan, placement, tunnels(lab, hosts, placement),
-                   slots(plan.shape, placement))
+                   slots(plan.shape, placement), openflow_port(lab, hosts),
+                   {h: datapath_id(lab, hosts.index(h)) for h in set(placement.values())})
+
+    def dpid(self, host: str) -> int:
+        """The datapath id of ``host``'s main bridge."""
+        assert self.dpids is not None
+        return self.dpids[host]
 
     def host_of(self, end: topo.Endpoint) -> str:
         return self.placement[end.node]

@@ -5,12 +5,18 @@ the underlay. The machine's own engine is never put into swarm mode.
 Each emulated host runs from the node-parent image (its entrypoint starts dockerd and a
 userspace OVS and publishes their sockets in a state directory bind-mounted from here),
 with the capability set node parents get on one host (nestednet.capabilities.nodes).
+
+Each is then prepared as a real host would be for a lab's control path over the network
+(`prepare_control`, docs/multihost.md "Preparing a host"): a key and certificate from a
+test PKI (ovs-pki) in its SSL table, and OVSDB listening on its underlay address, plain
+(`ptcp:6640`) and SSL (`pssl:6641`). `control` says how this machine reaches them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +29,41 @@ from nestednet.adapters import docker_engine
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import PARENT_CAPSET_OPTIONS
 from nestednet.lab.multihost import HostHandle
-from nestednet.model.placement import Host, HostSet
+from nestednet.model.placement import Host, HostSet, Tls
 
 LABEL = "org.nestednet.emulated-host"
 SUBNET = "10.231.0.0/24"
+OVSDB_TCP = 6640
+OVSDB_SSL = 6641
+OVS_ENV = "OVS_RUNDIR=/nestednet/ovs OVS_LOGDIR=/nestednet/log OVS_DBDIR=/etc/openvswitch"
+PREPARE = """set -e
+export {env}
+ovs-vsctl --no-wait set-ssl /nestednet/pki/host-privkey.pem /nestednet/pki/host-cert.pem \
+    /nestednet/pki/controllerca.pem
+# ovsdb-server as ovs-ctl starts it on a real host: remotes and SSL files from the db.
+ovs-appctl -t ovsdb-server exit
+while [ -e /nestednet/ovs/ovsdb-server.pid ]; do sleep 0.05; done
+ovsdb-server /etc/openvswitch/conf.db --remote=punix:/nestednet/ovs/db.sock \
+    --remote=db:Open_vSwitch,Open_vSwitch,manager_options \
+    --private-key=db:Open_vSwitch,SSL,private_key \
+    --certificate=db:Open_vSwitch,SSL,certificate --ca-cert=db:Open_vSwitch,SSL,ca_cert \
+    --pidfile --detach --log-file
+ovs-vsctl --no-wait set-manager ptcp:{tcp}:{address} pssl:{ssl}:{address}
+"""
+"""Run on each emulated host: what `docs/multihost.md` tells a real host's admin to do."""
+
+
+@dataclass
+class Control:
+    """How this machine reaches the hosts' control listeners."""
+
+    tls: Tls
+    """This machine's key and certificate (ovs-pki `controller`), and the CA that signed
+    the hosts' certificates (`switchca`)."""
+    pki: Path
+
+    def ovsdb(self, address: str, secure: bool) -> str:
+        return f"ssl:{address}:{OVSDB_SSL}" if secure else f"tcp:{address}:{OVSDB_TCP}"
 
 
 @dataclass
@@ -39,6 +76,7 @@ class EmulatedHosts:
     hostset: HostSet
     manager: docker.DockerClient
     timings: dict[str, float]
+    control: Control
 
     def close(self) -> None:
         for h in self.handles.values():
@@ -59,9 +97,17 @@ def remove(client: docker.DockerClient, prefix: str, root: Path) -> None:
 
 def start(prefix: str, count: int = 2, root: Path | None = None) -> EmulatedHosts:
     """``count`` hosts `<prefix>-h0`..., swarm-joined (h0 the manager), each holding the
-    node-parent image."""
+    node-parent image; nothing of them is left if this fails."""
     client = docker_engine.connect()
     root = root or Path(f"/var/tmp/nestednet-emulated/{prefix}")
+    try:
+        return _start(client, prefix, count, root)
+    except BaseException:
+        remove(client, prefix, root)
+        raise
+
+
+def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> EmulatedHosts:
     remove(client, prefix, root)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -110,14 +156,50 @@ def start(prefix: str, count: int = 2, root: Path | None = None) -> EmulatedHost
     finally:
         archive.unlink(missing_ok=True)
     timings["image_load_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    control = prepare_control(client, root, dict(zip(names, addresses, strict=True)))
+    timings["control_s"] = time.monotonic() - t0
     handles = {}
-    for name in names:
+    for name, address in zip(names, addresses, strict=True):
         pid = int(client.containers.get(name).attrs["State"]["Pid"])
         handles[name] = HostHandle(name, engines[name], Ovsdb(f"unix:{root / name}/ovs/db.sock"),
-                                   f"/proc/{pid}/ns/net", pid, str(root / name / "ovs"),
-                                   root / name, "/nestednet")
+                                   address, None, f"/proc/{pid}/ns/net", pid, root / name,
+                                   "/nestednet")
     hostset = HostSet(tuple(Host(n, a) for n, a in zip(names, addresses, strict=True)))
-    return EmulatedHosts(prefix, root, client, names, handles, hostset, manager, timings)
+    return EmulatedHosts(prefix, root, client, names, handles, hostset, manager, timings,
+                         control)
+
+
+def prepare_control(client: docker.DockerClient, root: Path,
+                    addresses: dict[str, str]) -> Control:
+    """A test PKI (ovs-pki: a switch CA for the hosts, a controller CA for this machine),
+    each host's key and certificate in its SSL table, its OVSDB listening on its address
+    (plain and SSL). The main bridges' OpenFlow listeners are not set up here: each lab
+    gives its bridge one (nestednet.lab.multihost)."""
+    pki, work = root / "pki", root / "pki-work"
+    work.mkdir(exist_ok=True)
+
+    def ovs_pki(*args: str) -> None:
+        # Relative names in ``work``: a certificate's CN is the name (64 characters).
+        subprocess.run(["ovs-pki", f"--dir={pki}", f"--log={root / 'pki.log'}", "--force",
+                        *args], check=True, capture_output=True, cwd=work)
+
+    ovs_pki("init")
+    ovs_pki("-b", "req+sign", "cli", "controller")
+    for name, address in addresses.items():
+        ovs_pki("-b", "req+sign", name, "switch")
+        there = root / name / "pki"
+        there.mkdir(exist_ok=True)
+        shutil.copy(work / f"{name}-privkey.pem", there / "host-privkey.pem")
+        shutil.copy(work / f"{name}-cert.pem", there / "host-cert.pem")
+        shutil.copy(pki / "controllerca" / "cacert.pem", there / "controllerca.pem")
+        done = client.containers.get(name).exec_run(
+            ["sh", "-c", PREPARE.format(env=OVS_ENV, tcp=OVSDB_TCP, ssl=OVSDB_SSL,
+                                        address=address)])
+        if done.exit_code != 0:
+            raise RuntimeError(f"preparing {name}'s control listeners: {done.output.decode()}")
+    return Control(Tls(str(work / "cli-privkey.pem"), str(work / "cli-cert.pem"),
+                       str(pki / "switchca" / "cacert.pem")), pki)
 
 
 def _wait_ready(state: Path, timeout: float = 300) -> None:

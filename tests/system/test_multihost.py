@@ -10,7 +10,9 @@ create killed mid-way. A second lab takes the nested labs' options over the two 
 `--cpus`, `--memory`, `--image` and `--routing babel` (a route two hops away, across
 both hosts); a third, `--routing direct` in a run. The first lab routes with `none`, so
 its CA step bench stays comparable between runs (with `direct`, each link change also
-starts `ip` processes in the agents: docs/multihost.md section 4c).
+starts `ip` processes in the agents: docs/multihost.md section 4c). The hosts are
+addressed as if remote: OVSDB on their addresses over TCP (the direct lab and the killed
+create over SSL), OpenFlow to each lab's listeners there (section 4d).
 
 Marked `multihost` (and `system`); `make test` runs it as its own stage (about 5
 minutes: it starts two Docker engines and loads a 542 MB image into each), and
@@ -33,9 +35,10 @@ from ca_checks import check_table, play_checked, wait
 from labs import build_user_image, swap_code
 
 from nestednet import images
-from nestednet.adapters import netlink, tc
+from nestednet.adapters import netlink, openflow, tc
 from nestednet.ca.session import CaSession, plan_shaping
 from nestednet.capabilities.hosts import host_checks
+from nestednet.errors import EnvironmentProblem
 from nestednet.lab import designs
 from nestednet.lab import multihost as mh
 from nestednet.lab.nodes import Lab
@@ -44,6 +47,7 @@ from nestednet.lab.route_watch import gnab_pids
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
+from nestednet.model import tunnels
 from nestednet.model.addressing import AddressPlan
 from nestednet.model.events import HOST_FLOWS, host_flows_summary, percentile, read_events
 from nestednet.model.scenario_file import load_scenario
@@ -86,11 +90,32 @@ def hosts():
 
 @pytest.fixture(scope="module")
 def hosts_file(hosts, tmp_path_factory) -> Path:
+    """The hosts addressed as if remote: OVSDB over TCP on their addresses (OpenFlow goes
+    to each lab's listener there); only the netlink part uses `emulated`."""
     path = tmp_path_factory.mktemp("hosts") / "hosts.json"
     path.write_text(json.dumps({"hosts": [
-        {"name": h.name, "address": h.address, "emulated": h.name}
+        {"name": h.name, "address": h.address, "emulated": h.name,
+         "ovsdb": hosts.control.ovsdb(h.address, secure=False)}
         for h in hosts.hostset.hosts]}))
     return path
+
+
+@pytest.fixture(scope="module")
+def ssl_hosts_file(hosts, tmp_path_factory) -> Path:
+    """The same hosts with every control session SSL: OVSDB at `ssl:` remotes, OpenFlow
+    to `pssl:` listeners, this machine's key and certificate from the test PKI."""
+    path = tmp_path_factory.mktemp("hosts") / "hosts-ssl.json"
+    path.write_text(json.dumps({"hosts": [
+        {"name": h.name, "address": h.address, "emulated": h.name,
+         "ovsdb": hosts.control.ovsdb(h.address, secure=True)}
+        for h in hosts.hostset.hosts], "ssl": vars(hosts.control.tls)}))
+    return path
+
+
+def listeners(hosts, lab: str) -> dict[str, list[str]]:
+    """Each host's main-bridge controller targets for ``lab``, read through the host's own
+    OVSDB socket (the test's view, not the CLI's)."""
+    return {n: h.ovs.controllers(topo.main_bridge(lab)) for n, h in hosts.handles.items()}
 
 
 def ping(node: int, iphy: int, address: str, count: int = 3) -> int:
@@ -101,6 +126,14 @@ def ping(node: int, iphy: int, address: str, count: int = 3) -> int:
         if "received" in line:
             return int(line.split(",")[1].split()[0])
     raise AssertionError(f"no ping summary: {done.stdout} {done.stderr}")
+
+
+def ping_seqs(node: int, iphy: int, address: str, count: int = 3) -> list[int]:
+    """The icmp_seq numbers that node:iphy got replies for from ``address``."""
+    done = nn("exec", "--lab", LAB, f"n{node}", f"iphy{iphy}", "--", "ping", "-c", str(count),
+              "-W", "1", "-i", "0.3", address)
+    return [int(line.split("icmp_seq=")[1].split()[0]) for line in done.stdout.splitlines()
+            if "bytes from" in line and "icmp_seq=" in line]
 
 
 def iperf(server: tuple[int, int], client: tuple[int, int], port: int = 5201) -> float:
@@ -145,13 +178,23 @@ def uptime() -> str:
 
 
 def test_doctor_hosts_passes_on_the_emulated_hosts(hosts):
+    """`doctor --hosts` reaches each host's OVSDB over TCP and over SSL; SSL with a CA that
+    did not sign the host's certificate fails (the session really checks it)."""
+    tls = hosts.control.tls
+    wrong_ca = pl.Tls(tls.private_key, tls.certificate,
+                      str(hosts.control.pki / "controllerca" / "cacert.pem"))
     for name, host in zip(hosts.names, hosts.hostset.hosts, strict=True):
         handle = hosts.handles[name]
+        for secure in (False, True):
+            described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
+                                hosts.control.ovsdb(host.address, secure))
+            checks = host_checks(described, images.DIND_IMAGE, tls=tls)
+            assert [c.name for c in checks if not c.ok] == [], checks
+            print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
         described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
-                            f"unix:{handle.state_here}/ovs/db.sock")
-        checks = host_checks(described, images.DIND_IMAGE)
-        assert [c.name for c in checks if not c.ok] == [], checks
-        print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
+                            hosts.control.ovsdb(host.address, True))
+        refused = host_checks(described, images.DIND_IMAGE, tls=wrong_ca)
+        assert [c.name for c in refused if not c.ok] == [f"{name} ovs"], refused
 
 
 def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
@@ -165,6 +208,9 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
     assert done.returncode == 0, done.stderr
     print(done.stdout)
     try:
+        port = tunnels.openflow_port(LAB, hosts.hostset)
+        assert listeners(hosts, LAB) == {n: [f"ptcp:{port}:{h.address}"] for n, h in zip(
+            hosts.names, hosts.hostset.hosts, strict=True)}
         status = json.loads(nn("status", "--lab", LAB, "--json").stdout)
         assert status["kind"] == "swarm"
         assert {n["node"]: n["host"] for n in status["nodes"]} == {
@@ -188,7 +234,16 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         t0 = time.monotonic()
         assert nn("link", "add", "--lab", LAB, "n1:iphy1", "n2:iphy1").returncode == 0
         link_add_s = time.monotonic() - t0
-        assert ping(1, 1, addr(2, 1)) == 3
+        # The first ping after this first cross-host link got 1 reply of 3 in 2 of 3 full
+        # runs (docs/multihost.md section 5; never alone): which replies came is printed,
+        # the link must then answer 3 of 3 within 5 s of the first try.
+        first_try = ping_seqs(1, 1, addr(2, 1))
+        settled_s = 0.0
+        if len(first_try) < 3:
+            deadline = time.monotonic() + 5
+            while ping(1, 1, addr(2, 1)) < 3:
+                assert time.monotonic() < deadline, f"no 3 of 3 within 5 s ({first_try})"
+            settled_s = time.monotonic() - t0 - link_add_s
         cross_rtt = rtt(1, 1, addr(2, 1))
         # A second link through the same tunnel, told apart by its tag.
         assert nn("link", "add", "--lab", LAB, "n3:iphy1", "n2:iphy2").returncode == 0
@@ -239,7 +294,10 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         print(f"load before {load_before} after {uptime()}\n{steps}\n{diagnosis}\n"
               f"{played}\n{cli_run}\n{shaped_run}\n{ca_bench}\n"
               f"create (CLI, 6x2 over 2 hosts) {create_s:.1f} s; "
-              f"link add (CLI, cross-host) {link_add_s:.2f} s\n"
+              f"link add (CLI, cross-host) {link_add_s:.2f} s; the first ping after it got "
+              f"replies to icmp_seq {first_try} of 1-3"
+              + (f", 3 of 3 by {settled_s:.1f} s after the link add" if len(first_try) < 3
+                 else "") + "\n"
               f"cross-host {cross_rtt}\nsame-host {same_rtt}\niperf3 3 s: cross-host "
               f"{cross_bps / 1e6:.0f} Mbit/s, same-host {same_bps / 1e6:.0f} Mbit/s, "
               f"cross-host at --rate 20Mbit {shaped_bps / 1e6:.2f} Mbit/s")
@@ -304,9 +362,10 @@ def _pct(values: list[float], q: float) -> float:
 
 def _step_bench(hosts, repeats: int = 15) -> str:
     """A CA-like step (3 links added in one `apply_step`, then removed) on the lab's hosts:
-    3 cross-host links (a bundle on each host, the hosts in parallel) against 3 links on
-    one host (one bundle), alternating in the same run; wall time per add step and the
-    spread between the hosts' bundles, p50/p90 in ms."""
+    3 cross-host links (a batch over each host's OpenFlow session, every host's sent
+    before any answer is read) against 3 links on one host (one batch), alternating in the
+    same run; wall time per add step (sessions opened included) and the spread between
+    the hosts' batches, p50/p90 in ms."""
     record = LabRecord(LAB)
     design = designs.of(record.meta())
     try:
@@ -608,17 +667,25 @@ def _babel_run(tmp_path: Path) -> str:
     return f"nestednet run (babel): routes {summary['routes']}"
 
 
-def test_direct_routing_in_a_run_over_two_hosts(hosts, hosts_file, tmp_path):
-    """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1): in a `nestednet
-    run` that links them, each GNAB agent routes to the other's node address through the
-    cross-host link (the run's route events, read in the GNABs through their hosts), and
-    n1's GNAB reaches n2's node address while the link is up."""
+def test_direct_routing_in_a_run_over_two_hosts(hosts, ssl_hosts_file, tmp_path):
+    """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1), every control
+    session SSL (the hosts file's `ssl`): the main bridges listen with `pssl:`, which
+    refuses a client whose certificate the host's CA did not sign, and a client refuses
+    a host its CA did not sign; in a `nestednet run` that links them, each GNAB agent
+    routes to the other's node address through the cross-host link (the run's route
+    events, read in the GNABs through their hosts), and n1's GNAB reaches n2's node
+    address while the link is up."""
     t0 = time.monotonic()
-    done = nn("create", "--lab", DIRECT, "-n", "2", "-m", "1", "--hosts", str(hosts_file),
+    done = nn("create", "--lab", DIRECT, "-n", "2", "-m", "1", "--hosts", str(ssl_hosts_file),
               "--routing", "direct")
     create_s = time.monotonic() - t0
     assert done.returncode == 0, done.stderr
     try:
+        hostset = pl.load_hosts(ssl_hosts_file)
+        port = tunnels.openflow_port(DIRECT, hostset)
+        assert listeners(hosts, DIRECT) == {h.name: [f"pssl:{port}:{h.address}"]
+                                            for h in hostset.hosts}
+        _ssl_sessions_are_checked(hosts, hostset, DIRECT, port)
         path = tmp_path / "pair.json"
         path.write_text(json.dumps({
             "format": "nestednet-scenario/1", "name": "pair-2x1", "duration": 6, "iphys": 1,
@@ -654,7 +721,34 @@ def test_direct_routing_in_a_run_over_two_hosts(hosts, hosts_file, tmp_path):
     assert mh.leftovers(DIRECT, hosts.manager, hosts.handles.values()) == []
 
 
-def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, hosts_file):
+def _ssl_sessions_are_checked(hosts, hostset: pl.HostSet, lab: str, port: int) -> None:
+    """An OpenFlow session with a main bridge's `pssl:` listener works with the hosts
+    file's files, and fails both ways with the wrong ones."""
+    tls = hostset.ssl
+    assert tls is not None
+    work = Path(tls.certificate).parent
+    h0 = hostset.hosts[0]
+    dpid = tunnels.datapath_id(lab, 0)
+    good = openflow.Channel(topo.main_bridge(lab), listener=openflow.Listener(
+        h0.address, port, tls), dpid=dpid)
+    good.close()
+    wrong_ca = pl.Tls(tls.private_key, tls.certificate,
+                      str(hosts.control.pki / "controllerca" / "cacert.pem"))
+    # A client certificate from the hosts' own CA (switchca), which the hosts do not
+    # accept from clients.
+    not_a_controller = pl.Tls(str(work / f"{h0.name}-privkey.pem"),
+                              str(work / f"{h0.name}-cert.pem"), tls.ca_cert)
+    for bad in (wrong_ca, not_a_controller):
+        with pytest.raises(EnvironmentProblem, match="OpenFlow session"):
+            openflow.Channel(topo.main_bridge(lab), timeout=3,
+                             listener=openflow.Listener(h0.address, port, bad),
+                             dpid=dpid).close()
+
+
+def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, ssl_hosts_file):
+    """A create over SSL killed mid-way; `cleanup` removes it from both hosts (OVSDB over
+    SSL from the lab's record)."""
+    hosts_file = ssl_hosts_file
     create = subprocess.Popen([CLI, "create", "--lab", CRASH, "-n", "2", "-m", "1",
                                "--hosts", str(hosts_file)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)

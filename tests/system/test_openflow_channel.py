@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -81,3 +82,40 @@ def test_tagged_rules_are_the_ones_ovs_ofctl_makes(bridge):
     assert outcome == [[]]
     assert _rules_text(bridge) == by_ofctl and len(by_ofctl) == 2
     assert any("dl_vlan=5" in r and "pop_vlan" in r for r in by_ofctl), by_ofctl
+
+
+def test_a_session_over_tcp_checks_the_datapath_id_and_reads_cookies(bridge):
+    """A lab over several hosts reaches each host's main bridge through a `ptcp:` listener
+    the lab gives it (nestednet.lab.multihost): the same session over TCP, refused when
+    the switch there is another bridge, reading back the flows it wrote."""
+    dpid = 0x4E4E00C0FFEE0001
+    port = 16000 + uuid.uuid4().int % 600
+    listener = openflow.Listener("127.0.0.1", port)
+    with Ovsdb() as ovs:
+        ovs.api.db_set("Bridge", bridge, ("other_config", {"datapath-id": f"{dpid:016x}",
+                                                           "disable-in-band": "true"})
+                       ).execute(check_error=True)
+        ovs.set_controller(bridge, listener.passive())
+        assert ovs.controllers(bridge) == [f"ptcp:{port}:127.0.0.1"]
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            channel = openflow.Channel(bridge, listener=listener, dpid=dpid)
+            break
+        except EnvironmentProblem:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    try:
+        assert channel.target == f"tcp:127.0.0.1:{port}"
+        assert channel.datapath_id() == dpid
+        channel.change(add=[(0x4E4E000001000002, 1, 2)])
+        assert channel.cookies() == {0x4E4E000001000002}
+        outcome: list[list[str]] = []
+        channel.submit(outcome.append, delete_masked=[(0x4E4E << 48, 0xFFFF << 48)])
+        channel.wait()
+        assert outcome == [[]] and channel.cookies() == set()
+    finally:
+        channel.close()
+    with pytest.raises(EnvironmentProblem, match="is not bridge"):
+        openflow.Channel(bridge, listener=listener, dpid=dpid + 1)

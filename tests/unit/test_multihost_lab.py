@@ -15,10 +15,12 @@ from nestednet.cli import main
 from nestednet.errors import UsageError
 from nestednet.lab import designs, shaping
 from nestednet.lab.create import CreateRequest, validate
+from nestednet.lab.links import COOKIE_MARK
 from nestednet.lab.multihost import HostHandle, HostLinks
 from nestednet.lab.record import LabRecord
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
+from nestednet.model import tunnels
 from nestednet.model.addressing import AddressPlan
 from nestednet.model.link_properties import parse_properties
 from nestednet.model.shaping_policy import RATE_ONLY, ShapingPolicy
@@ -108,44 +110,85 @@ def test_placement_goes_into_the_record_before_anything_is_made():
     assert pl.hosts_from_doc(meta["hosts"]) == HOSTS
 
 
-def _links(tmp_path: Path) -> HostLinks:
+def _links(tmp_path: Path, hosts: pl.HostSet = HOSTS) -> HostLinks:
     shape = topo.Shape(3, 2)
     plan = AddressPlan.for_shape(shape)
-    dp = DataPlane.of("mh", plan, HOSTS, {1: "hostA", 2: "hostB", 3: "hostA"})
-    handles = {n: HostHandle(n, None, None, f"/proc/{i}/ns/net", i, f"/run/{n}", tmp_path, "/x")
-               for i, n in enumerate(("hostA", "hostB"), start=10)}
+    dp = DataPlane.of("mh", plan, hosts, {1: "hostA", 2: "hostB", 3: "hostA"})
+    handles = {h.name: HostHandle(h.name, None, None, h.address, hosts.ssl, f"/proc/{i}/ns/net",
+                                  i, tmp_path, "/x")
+               for i, h in enumerate(hosts.hosts, start=10)}
     return HostLinks("mh", topo.main_bridge("mh"), plan, tmp_path, dp=dp, hosts=handles)
 
 
-def test_host_links_write_one_bundle_per_host_a_link_touches(tmp_path, monkeypatch):
-    calls: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(openflow, "apply", lambda target, lines: calls.append((target, lines)))
+def _target(host: str) -> str:
+    """Where the lab "mh" reaches ``host``'s main bridge: its address, the lab's port."""
+    return f"tcp:{HOSTS.named(host).address}:{tunnels.openflow_port('mh', HOSTS)}"
+
+
+def test_host_links_send_one_batch_per_host_a_link_touches_over_the_network(
+        tmp_path, monkeypatch):
+    FakeChannel.opened = []
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
     links = _links(tmp_path)
     links.install(E(1, 1), E(2, 1))
-    assert sorted(t for t, _ in calls) == ["unix:/run/hostA/mh-main.mgmt",
-                                           "unix:/run/hostB/mh-main.mgmt"]
-    assert all(len(lines) == 2 for _, lines in calls)
-    assert all(f"cookie={links.cookie(E(1, 1), E(2, 1)):#x}" in line
-               for _, lines in calls for line in lines)
-    calls.clear()
+    batches = {c.target: c.batches for c in FakeChannel.opened}
+    assert sorted(batches) == [_target("hostA"), _target("hostB")]
+    assert {c.target: c.dpid for c in FakeChannel.opened} == {
+        _target("hostA"): tunnels.datapath_id("mh", 0),
+        _target("hostB"): tunnels.datapath_id("mh", 1)}
+    assert all(len(b) == 1 and len(b[0]["rules"]) == 2 for b in batches.values())
+    assert all(rule[0] == links.cookie(E(1, 1), E(2, 1))
+               for b in batches.values() for rule in b[0]["rules"])
+    assert all(c.closed for c in FakeChannel.opened), "a CLI call's sessions are closed"
+    FakeChannel.opened = []
     links.install(E(1, 2), E(3, 2))  # same host: the usual pair, hostA only
-    assert [(t, len(lines)) for t, lines in calls] == [("unix:/run/hostA/mh-main.mgmt", 2)]
-    calls.clear()
+    assert [(c.target, len(c.batches[0]["rules"])) for c in FakeChannel.opened] == [
+        (_target("hostA"), 2)]
+    FakeChannel.opened = []
     done = links.apply_step(add=[(E(1, 2), E(3, 2))], remove=[(E(1, 1), E(2, 1))])
-    assert sorted((t, len(lines)) for t, lines in calls) == [
-        ("unix:/run/hostA/mh-main.mgmt", 3), ("unix:/run/hostB/mh-main.mgmt", 1)]
+    assert sorted((c.target, len(c.batches[0]["rules"]), len(c.batches[0]["delete"]))
+                  for c in FakeChannel.opened) == [(_target("hostA"), 2, 1),
+                                                   (_target("hostB"), 0, 1)]
     assert sorted(done) == ["hostA", "hostB"] and all(t >= 0 for t in done.values())
     assert links.describe((E(1, 1), E(2, 1)))["hosts"] == ["hostA", "hostB"]
+    FakeChannel.opened = []
+    links.clear()
+    assert sorted((c.target, c.batches[0]["masked"]) for c in FakeChannel.opened) == [
+        (t, [(COOKIE_MARK, 0xFFFF << 48)]) for t in (_target("hostA"), _target("hostB"))]
+
+
+def test_host_links_refused_by_a_host_raise_naming_it(tmp_path, monkeypatch):
+    from nestednet.errors import EnvironmentProblem
+
+    monkeypatch.setattr(FakeChannel, "refusing", {_target("hostB")})
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
+    with pytest.raises(EnvironmentProblem, match="host hostB refused flow changes"):
+        _links(tmp_path).install(E(1, 1), E(2, 1))
 
 
 def test_host_links_are_read_from_every_hosts_flow_table(tmp_path, monkeypatch):
     links = _links(tmp_path)
-    monkeypatch.setattr(HostHandle, "bridge_socket", lambda self, bridge: tmp_path)
     cross, local = links.cookie(E(2, 2), E(3, 1)), links.cookie(E(1, 2), E(3, 2))
-    tables = {"unix:/run/hostA/mh-main.mgmt": {cross, local, 0x1234},
-              "unix:/run/hostB/mh-main.mgmt": {cross}}
-    monkeypatch.setattr(openflow, "cookies", lambda target: tables[target])
+    monkeypatch.setattr(FakeChannel, "tables", {_target("hostA"): {cross, local, 0x1234},
+                                                _target("hostB"): {cross}})
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
     assert links.links() == [(E(1, 2), E(3, 2)), (E(2, 2), E(3, 1))]
+    # A host whose listener refuses the connection has no main bridge of the lab.
+    monkeypatch.setattr(FakeChannel, "tables", {_target("hostA"): {local}})
+    assert links.links() == [(E(1, 2), E(3, 2))]
+
+
+def test_ssl_in_the_hosts_file_makes_every_session_ssl(tmp_path, monkeypatch):
+    hosts = pl.hosts_from_doc({**pl.hosts_doc(HOSTS), "openflow_port": 7001,
+                               "ssl": {"private_key": "k.pem", "certificate": "c.pem",
+                                       "ca_cert": "ca.pem"}})
+    assert pl.hosts_from_doc(pl.hosts_doc(hosts)) == hosts
+    FakeChannel.opened = []
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
+    _links(tmp_path, hosts).install(E(1, 1), E(2, 1))
+    assert sorted(c.target for c in FakeChannel.opened) == ["ssl:10.0.0.1:7001",
+                                                            "ssl:10.0.0.2:7001"]
+    assert all(c.tls == pl.Tls("k.pem", "c.pem", "ca.pem") for c in FakeChannel.opened)
 
 
 def test_a_cross_host_link_is_shaped_on_each_receiving_host_with_offloads_kept(
@@ -157,7 +200,7 @@ def test_a_cross_host_link_is_shaped_on_each_receiving_host_with_offloads_kept(
     monkeypatch.setattr(tc, "disable_offloads", lambda *a: pytest.fail("offloads touched"))
     monkeypatch.setattr(tc, "remove_trees", lambda netns, ports:
                         removed.append((netns, list(ports))) or list(ports))
-    monkeypatch.setattr(openflow, "apply", lambda target, lines: None)
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
     links = _links(tmp_path)
     monkeypatch.setattr(HostLinks, "link_cookies", lambda self: set())
     record = LabRecord("mh", tmp_path)
@@ -206,26 +249,41 @@ def test_run_takes_a_multihost_lab_of_the_scenarios_shape(tmp_path):
 
 class FakeChannel:
     """An OpenFlow session that answers each batch once read (a socket pair makes it
-    readable, so the installer's select sees it), refusing what ``refuse`` names."""
+    readable, so the installer's select sees it), refusing what ``refuse`` names, over
+    the network to ``listener`` (a target absent from ``tables`` refuses the connection,
+    as a host without the lab's bridge does)."""
 
     opened: ClassVar[list[FakeChannel]] = []
+    refusing: ClassVar[set[str]] = set()
+    tables: ClassVar[dict[str, set[int]] | None] = None
 
-    def __init__(self, bridge: str, rundir: str, timeout: float = 10.0) -> None:
+    def __init__(self, bridge: str, rundir: str = "", timeout: float = 10.0, *,
+                 listener: openflow.Listener | None = None, dpid: int | None = None) -> None:
         import socket
 
-        self.target = f"{rundir}/{bridge}"
+        from nestednet.errors import EnvironmentProblem
+
+        assert listener is not None, "a lab over several hosts reaches them over the network"
+        self.target, self.dpid, self.tls = str(listener), dpid, listener.tls
+        if FakeChannel.tables is not None and self.target not in FakeChannel.tables:
+            raise EnvironmentProblem("refused") from ConnectionRefusedError()
         self.mine, self.theirs = socket.socketpair()
         self.batches: list[dict] = []
         self.pending: list = []
-        self.refuse = False
+        self.refuse = self.target in FakeChannel.refusing
         self.closed = False
         FakeChannel.opened.append(self)
 
     def fileno(self) -> int:
         return self.mine.fileno()
 
-    def submit(self, done, *, add=(), delete=(), rules=()) -> None:
-        self.batches.append({"delete": list(delete), "rules": list(rules)})
+    def cookies(self) -> set[int]:
+        assert FakeChannel.tables is not None
+        return FakeChannel.tables[self.target]
+
+    def submit(self, done, *, add=(), delete=(), rules=(), delete_masked=()) -> None:
+        self.batches.append({"delete": list(delete), "rules": list(rules),
+                             "masked": list(delete_masked)})
         self.pending.append(done)
         self.theirs.send(b"x")
 
@@ -254,7 +312,7 @@ def test_hosts_installer_sends_each_batch_to_every_host_it_touches_and_times_eac
                                lambda op, n, per_host: heard.append((op, n, per_host)))
     installer.open()
     channels = {c.target: c for c in FakeChannel.opened}
-    host_a, host_b = channels["/run/hostA/mh-main"], channels["/run/hostB/mh-main"]
+    host_a, host_b = channels[_target("hostA")], channels[_target("hostB")]
     cross, local = LinkEnds("a", "iphy1", "b", "iphy1"), LinkEnds("a", "iphy2", "c", "iphy2")
     installer.install([cross, local])
     cookie = links.cookie(E(1, 1), E(2, 1))
@@ -264,7 +322,8 @@ def test_hosts_installer_sends_each_batch_to_every_host_it_touches_and_times_eac
     assert [(op, n, sorted(hosts)) for op, n, hosts in heard] == [
         ("add", 2, ["hostA", "hostB"])]
     installer.remove([local])
-    assert host_a.batches[-1] == {"delete": [links.cookie(E(1, 2), E(3, 2))], "rules": []}
+    assert host_a.batches[-1] == {"delete": [links.cookie(E(1, 2), E(3, 2))], "rules": [],
+                                  "masked": []}
     assert len(host_b.batches) == 1, "a same-host link touches one host only"
     assert heard[-1][:2] == ("remove", 1) and list(heard[-1][2]) == ["hostA"]
     installer.install([])
@@ -298,3 +357,92 @@ def test_host_flows_events_say_each_hosts_time_and_the_spread():
     assert cross["batches"] == 2 and summary["add"]["one_host"]["batches"] == 1
     assert (cross["all_ms"]["p50"], cross["all_ms"]["max"]) == (12.0, 30.0)
     assert (cross["spread_ms"]["p50"], cross["spread_ms"]["p90"]) == (2.0, 10.0)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"ssl": {"private_key": "k", "certificate": "c", "ca_cert": "a"},
+      "ovsdb": "tcp:10.0.0.1:6640"}, "plain TCP while the file gives `ssl`"),
+    ({"ovsdb": "ssl:10.0.0.1:6641"}, "needs the file's `ssl`"),
+    ({"ssl": {"private_key": "k", "certificate": "c"}}, "ca_cert"),
+    ({"openflow_port": 80}, "1024 to 65535"),
+])
+def test_hosts_file_control_path_mistakes_are_located(change, words):
+    doc = pl.hosts_doc(HOSTS)
+    if "ovsdb" in change:
+        doc["hosts"][0]["ovsdb"] = change.pop("ovsdb")
+    with pytest.raises(UsageError) as raised:
+        pl.hosts_from_doc({**doc, **change})
+    assert words in str(raised.value) + str(raised.value.hint or "")
+
+
+def test_a_labs_openflow_port_and_datapath_ids():
+    ports = {tunnels.openflow_port(f"lab{i}", HOSTS) for i in range(50)}
+    assert all(tunnels.OPENFLOW_PORT_FIRST <= p
+               < tunnels.OPENFLOW_PORT_FIRST + tunnels.OPENFLOW_PORTS for p in ports)
+    assert len(ports) > 40, "labs sharing hosts mostly get ports of their own"
+    pinned = pl.hosts_from_doc({**pl.hosts_doc(HOSTS), "openflow_port": 7001})
+    assert tunnels.openflow_port("any", pinned) == 7001
+    dp = DataPlane.of("mh", AddressPlan.for_shape(topo.Shape(2, 1)), HOSTS,
+                      {1: "hostA", 2: "hostB"})
+    assert dp.dpid("hostA") != dp.dpid("hostB")
+    assert dp.dpid("hostA") >> 48 == tunnels.DPID_MARK
+    assert dp.dpid("hostA") != tunnels.datapath_id("other", 0)
+    assert openflow.Listener("10.0.0.1", 7001).passive() == "ptcp:7001:10.0.0.1"
+    tls = pl.Tls("k", "c", "a")
+    assert openflow.Listener("10.0.0.1", 7001, tls).passive() == "pssl:7001:10.0.0.1"
+    assert str(openflow.Listener("10.0.0.1", 7001, tls)) == "ssl:10.0.0.1:7001"
+
+
+class FakeOvs:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def add_bridge(self, name, **kw) -> None:
+        self.calls.append(("add_bridge", name, kw))
+
+    def set_controller(self, bridge, *targets, inactivity_probe=None) -> None:
+        self.calls.append(("set_controller", bridge, targets, inactivity_probe))
+
+    def add_port(self, bridge, port, **kw) -> None:
+        self.calls.append(("add_port", bridge, port))
+
+
+def test_a_main_bridge_listens_on_its_hosts_address_and_is_checked_at_once(
+        tmp_path, monkeypatch):
+    from nestednet.lab import multihost as mh
+
+    links = _links(tmp_path)
+    host = links.hosts["hostA"]
+    ovs = FakeOvs()
+    object.__setattr__(host, "ovs", ovs)
+    FakeChannel.opened = []
+    monkeypatch.setattr(openflow, "Channel", FakeChannel)
+    mh._make_main_bridge("mh", links.dp, host, "netdev")
+    (_, name, kw), controller = ovs.calls
+    assert name == "mh-main" and kw["fail_mode"] == "secure"
+    assert kw["other_config"] == {"datapath-id": f"{links.dp.dpid('hostA'):016x}",
+                                  "disable-in-band": "true"}
+    assert controller == ("set_controller", "mh-main",
+                          (f"ptcp:{links.dp.openflow_port}:10.0.0.1",), 0)
+    assert [(c.target, c.dpid, c.closed) for c in FakeChannel.opened] == [
+        (_target("hostA"), links.dp.dpid("hostA"), True)]
+
+
+def test_connect_takes_the_hosts_ovsdb_remote_and_ssl(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nestednet.lab import multihost as mh
+
+    monkeypatch.setattr(mh.docker, "DockerClient", lambda **kw: SimpleNamespace(**kw))
+    container = SimpleNamespace(attrs={"State": {"Pid": 42}, "Mounts": [
+        {"Destination": mh.HOST_STATE, "Source": str(tmp_path)}]})
+    here = SimpleNamespace(containers=SimpleNamespace(get=lambda name: container))
+    tls = pl.Tls("k", "c", "a")
+    remote = pl.Host("hostA", "10.0.0.1", ovsdb="ssl:10.0.0.1:6641", emulated="emu-a")
+    handle = mh.connect(remote, here, tls)
+    assert (handle.ovs.remote, handle.ovs.tls) == ("ssl:10.0.0.1:6641", tls)
+    assert str(handle.listener(7001)) == "ssl:10.0.0.1:7001"
+    plain = mh.connect(pl.Host("hostB", "10.0.0.2", emulated="emu-b"), here)
+    assert plain.ovs.remote == f"unix:{tmp_path}/ovs/db.sock"
+    with pytest.raises(Exception, match="only hosts emulated on this machine"):
+        mh.connect(pl.Host("real", "10.0.0.3", ovsdb="tcp:10.0.0.3:6640"), here)
