@@ -231,19 +231,17 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         assert big.returncode == 0, f"a full control-MTU frame must cross: {big.stdout}"
 
         assert ping(1, 1, addr(2, 1), 2) == 0, "no link yet: the secure bridges must drop"
+        # That ping left n1:iphy1's ARP entry for the address incomplete, still probing
+        # at 1 s intervals: packets sent before it gives up queue behind it and are
+        # dropped when it does, which cost the first one or two pings after a fast
+        # `link add` (2 of 5 runs). The test forgets its own leftover.
+        assert nn("exec", "--lab", LAB, "n1", "iphy1", "--", "ip", "neigh", "flush", "to",
+                  addr(2, 1)).returncode == 0
         t0 = time.monotonic()
         assert nn("link", "add", "--lab", LAB, "n1:iphy1", "n2:iphy1").returncode == 0
         link_add_s = time.monotonic() - t0
-        # The first ping after this first cross-host link got 1 reply of 3 in 2 of 3 full
-        # runs (docs/multihost.md section 5; never alone): which replies came is printed,
-        # the link must then answer 3 of 3 within 5 s of the first try.
         first_try = ping_seqs(1, 1, addr(2, 1))
-        settled_s = 0.0
-        if len(first_try) < 3:
-            deadline = time.monotonic() + 5
-            while ping(1, 1, addr(2, 1)) < 3:
-                assert time.monotonic() < deadline, f"no 3 of 3 within 5 s ({first_try})"
-            settled_s = time.monotonic() - t0 - link_add_s
+        assert first_try == [1, 2, 3], f"replies to icmp_seq {first_try} of 1-3"
         cross_rtt = rtt(1, 1, addr(2, 1))
         # A second link through the same tunnel, told apart by its tag.
         assert nn("link", "add", "--lab", LAB, "n3:iphy1", "n2:iphy2").returncode == 0
@@ -294,10 +292,7 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         print(f"load before {load_before} after {uptime()}\n{steps}\n{diagnosis}\n"
               f"{played}\n{cli_run}\n{shaped_run}\n{ca_bench}\n"
               f"create (CLI, 6x2 over 2 hosts) {create_s:.1f} s; "
-              f"link add (CLI, cross-host) {link_add_s:.2f} s; the first ping after it got "
-              f"replies to icmp_seq {first_try} of 1-3"
-              + (f", 3 of 3 by {settled_s:.1f} s after the link add" if len(first_try) < 3
-                 else "") + "\n"
+              f"link add (CLI, cross-host) {link_add_s:.2f} s\n"
               f"cross-host {cross_rtt}\nsame-host {same_rtt}\niperf3 3 s: cross-host "
               f"{cross_bps / 1e6:.0f} Mbit/s, same-host {same_bps / 1e6:.0f} Mbit/s, "
               f"cross-host at --rate 20Mbit {shaped_bps / 1e6:.2f} Mbit/s")
