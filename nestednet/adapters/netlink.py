@@ -267,8 +267,8 @@ def port_up(ipr: IPRoute, ifname: str, master: str | None = None) -> None:
     """Bring up ``ifname``, an interface that is only a switch port (of an OVS bridge, or
     of the Linux bridge ``master``), with no IPv6 address of its own. A port needs none,
     and a link-local address would make it speak in the emulated network (duplicate
-    address detection, router solicitations, MLD reports) and cost the kernel's address
-    configuration work: 0.1 CPU-s per nested node here (6 x 4: about 0.6 of 7.4 CPU-s).
+    address detection, router solicitations, MLD reports) and cost the kernel address
+    configuration work (ipv6_addrconf and MLD workers showed in a `create`'s profile).
     """
     idx = index(ipr, ifname)
     ipr.link("set", index=idx, IFLA_AF_SPEC=NO_IPV6_ADDRESSES)

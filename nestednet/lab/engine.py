@@ -1,8 +1,9 @@
 """A node's inner Docker engine: parked while idle, woken on use.
 
 The children of a nested node run under containerd and its shim; the inner dockerd is
-needed only to start, inspect or exec into them. Its parent's entrypoint runs it with
---live-restore, so it can stop while the children run on, and stopped it holds none of
+needed only to start, inspect or exec into them. The entrypoint of a lab node's parent
+(started with ``NESTEDNET_ENGINE_IDLE``) runs it with --live-restore, so it can stop
+while the children run on, and stopped it holds none of
 the ~23 MB it uses running (a 4-iPHY node's cgroup: 61 MB with it, 38 MB parked) -- memory
 per node is what limits how many nodes fit on one machine.
 
@@ -33,6 +34,7 @@ import docker.errors
 
 from nestednet.adapters import docker_engine
 from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.lab import node_image
 
 IDLE_VARIABLE = "NESTEDNET_ENGINE_IDLE"
 IDLE_S = 30
@@ -91,8 +93,7 @@ def wake(state_dir: Path, parent: docker.models.containers.Container,
         time.sleep(delay)
         delay = min(delay * 1.5, 0.2)
     # dockerd makes the socket anew each start (root:root 0660 with --group root).
-    os.chown(sock, 0, 0)
-    os.chmod(sock, 0o600)
+    node_image.root_only(sock)
 
 
 @contextlib.contextmanager
