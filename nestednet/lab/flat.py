@@ -170,7 +170,8 @@ class FlatDesign(NodeDesign):
                     command=["sh", "-c", SUPERVISOR], environment=env,
                     hostname=topo.node_name(node), mem_limit=mem, nano_cpus=nano,
                     security={"cap_add": list(build.request.component_caps)}
-                    if build.request.component_caps else None)
+                    if build.request.component_caps else None,
+                    network_disabled=True)
             except docker.errors.DockerException as exc:
                 raise EnvironmentProblem(f"starting flat node {name} failed: "
                                          f"{docker_engine.explain(exc)}") from exc

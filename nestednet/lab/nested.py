@@ -98,7 +98,8 @@ class NestedDesign(NodeDesign):
                     labels=labels(lab, node=topo.node_name(node), role="parent"),
                     security=self.security, hostname=topo.node_name(node),
                     environment=engine.parent_environment(),
-                    binds=node_image.parent_binds(state_dir, data_dir, self.template))
+                    binds=node_image.parent_binds(state_dir, data_dir, self.template),
+                    network_disabled=True)
             except docker.errors.DockerException as exc:
                 raise EnvironmentProblem(f"starting node parent {name} failed: "
                                          f"{docker_engine.explain(exc)}") from exc
