@@ -181,6 +181,7 @@ class Channel:
         self._dp = types.SimpleNamespace(ofproto=ofproto_v1_3, ofproto_parser=ofproto_v1_3_parser)
         self._lock = threading.RLock()
         self._xid = 0
+        self._bundle_id = 0
         self._buffer = b""
         self._waiting: dict[int, Callable[[list[str]], None]] = {}
         """Barrier xid -> the callback of the batch it ends."""
@@ -258,6 +259,9 @@ class Channel:
         for message in messages:
             self._xid += 1
             message.set_xid(self._xid)
+            inner = getattr(message, "message", None)
+            if inner is not None:  # a bundled message carries its bundle-add's xid
+                inner.set_xid(self._xid)
             message.serialize()
             chunks.append(message.buf)
         self._sock.sendall(b"".join(chunks))
@@ -379,6 +383,15 @@ class Channel:
                 offset += max(length, 32)
         return found
 
+    def _batch(self, add: Iterable[tuple[int, int, int]], delete: Iterable[int],
+               rules: Iterable[Rule], delete_masked: Iterable[tuple[int, int]]) -> list:
+        messages = [self._delete_cookie(cookie) for cookie in delete]
+        messages += [self._delete_cookie(cookie, mask) for cookie, mask in delete_masked]
+        for cookie, a, b in add:
+            messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
+        messages += [self._output_flow(*rule) for rule in rules]
+        return messages
+
     def submit(self, done: Callable[[list[str]], None], *,
                add: Iterable[tuple[int, int, int]] = (), delete: Iterable[int] = (),
                rules: Iterable[Rule] = (),
@@ -387,16 +400,52 @@ class Channel:
         port b) link pairs and single ``rules``, then a barrier. ``done(errors)`` is
         called from ``read``/``wait`` once the switch has applied it (``errors``: its
         refusals, empty when all went in); at once when the batch is empty."""
-        messages = [self._delete_cookie(cookie) for cookie in delete]
-        messages += [self._delete_cookie(cookie, mask) for cookie, mask in delete_masked]
-        for cookie, a, b in add:
-            messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
-        messages += [self._output_flow(*rule) for rule in rules]
+        messages = self._batch(add, delete, rules, delete_masked)
         if not messages:
             done([])
             return
         with self._lock:
             barrier = self._send(*messages, self._parser.OFPBarrierRequest(self._dp))
+            self._waiting[barrier] = done
+
+    def stage(self, done: Callable[[list[str]], None], *,
+              add: Iterable[tuple[int, int, int]] = (), delete: Iterable[int] = (),
+              rules: Iterable[Rule] = (),
+              delete_masked: Iterable[tuple[int, int]] = ()) -> int | None:
+        """First half of an all-or-nothing batch: its flow-mods go into an open bundle
+        (OpenFlow 1.3's ONF bundle extension, what `ovs-ofctl --bundle` uses), then a
+        barrier; ``done(errors)`` hears what the switch refused. Nothing is applied until
+        `finish` commits. Two halves because OVS checks each message as it is added and,
+        measured here, a commit applies whatever was added even after one was refused.
+        Returns the bundle's id, None for an empty batch (``done`` is then called)."""
+        messages = self._batch(add, delete, rules, delete_masked)
+        if not messages:
+            done([])
+            return None
+        ofp, parser = self._ofp, self._parser
+        flags = ofp.ONF_BF_ATOMIC | ofp.ONF_BF_ORDERED
+        with self._lock:
+            self._bundle_id += 1
+            bundle = self._bundle_id
+            barrier = self._send(
+                parser.ONFBundleCtrlMsg(self._dp, bundle, ofp.ONF_BCT_OPEN_REQUEST, flags, []),
+                *[parser.ONFBundleAddMsg(self._dp, bundle, flags, message, [])
+                  for message in messages],
+                parser.OFPBarrierRequest(self._dp))
+            self._waiting[barrier] = done
+        return bundle
+
+    def finish(self, bundle: int, done: Callable[[list[str]], None], *,
+               commit: bool) -> None:
+        """Second half: commit the staged bundle (applied at once, all or none of it) or
+        discard it; ``done(errors)`` once the switch has."""
+        ofp = self._ofp
+        kind = ofp.ONF_BCT_COMMIT_REQUEST if commit else ofp.ONF_BCT_DISCARD_REQUEST
+        flags = ofp.ONF_BF_ATOMIC | ofp.ONF_BF_ORDERED
+        with self._lock:
+            barrier = self._send(
+                self._parser.ONFBundleCtrlMsg(self._dp, bundle, kind, flags, []),
+                self._parser.OFPBarrierRequest(self._dp))
             self._waiting[barrier] = done
 
     def read(self) -> None:
@@ -435,33 +484,58 @@ Batch = tuple[list[Rule], list[int], list[tuple[int, int]]]
 
 def apply_all(channels: Mapping[str, Channel], work: Mapping[str, Batch],
               timeout: float) -> tuple[dict[str, float], dict[str, list[str]]]:
-    """Send every bridge its part of a batch before reading any answer, so the bridges
-    (a lab's hosts) apply it in parallel without a thread each; then read their answers
-    as they come. Returns when each was done (seconds from the start) and what each
-    refused; raises if one does not answer within ``timeout``."""
+    """Apply a batch on several bridges (a lab's hosts) all or nothing, in two rounds
+    sent to every bridge before any answer is read (the bridges work in parallel
+    without a thread each): each stages its part in a bundle; if every bridge took its
+    part, all commit, else all discard, so a refusal on one host leaves every host as it
+    was. Returns when each bridge had committed (seconds from the start: their spread is
+    how far apart the hosts changed) and, when any refused, what each refused (then
+    nothing was applied anywhere); raises if a bridge does not answer within ``timeout``."""
     start = time.monotonic()
-    finished: dict[str, float] = {}
+    deadline = start + timeout
     refused: dict[str, list[str]] = {}
+    bundles: dict[str, int] = {}
+    staged: set[str] = set()
 
-    def answered(name: str) -> Callable[[list[str]], None]:
+    def answered(name: str, into: set[str] | dict[str, float],
+                 errors_to: dict[str, list[str]]) -> Callable[[list[str]], None]:
         def record(errors: list[str]) -> None:
-            finished[name] = time.monotonic() - start
+            if isinstance(into, dict):
+                into[name] = time.monotonic() - start
+            else:
+                into.add(name)
             if errors:
-                refused[name] = errors
+                errors_to[name] = errors
         return record
 
     for name, (rules, cookies, masked) in sorted(work.items()):
-        channels[name].submit(answered(name), delete=cookies, rules=rules,
-                              delete_masked=masked)
-    deadline = start + timeout
-    while len(finished) < len(work):
-        waiting = [channels[n] for n in work if n not in finished]
+        bundle = channels[name].stage(answered(name, staged, refused), delete=cookies,
+                                      rules=rules, delete_masked=masked)
+        if bundle is not None:
+            bundles[name] = bundle
+    _read_until(channels, lambda: staged >= set(work), deadline, timeout,
+                lambda: [n for n in work if n not in staged])
+    commit = not refused
+    finished: dict[str, float] = {name: 0.0 for name in work if name not in bundles}
+    failed: dict[str, list[str]] = {}
+    for name, bundle in sorted(bundles.items()):
+        channels[name].finish(bundle, answered(name, finished, failed), commit=commit)
+    _read_until(channels, lambda: set(finished) >= set(work), deadline, timeout,
+                lambda: [n for n in work if n not in finished])
+    if not commit:
+        return {}, refused
+    return finished, failed
+
+
+def _read_until(channels: Mapping[str, Channel], done: Callable[[], bool], deadline: float,
+                timeout: float, pending: Callable[[], list[str]]) -> None:
+    while not done():
+        waiting = [channels[n] for n in pending()]
         left = deadline - time.monotonic()
         ready = select.select(waiting, [], [], max(0.0, left))[0] if left > 0 else []
         if not ready:
             raise EnvironmentProblem(
                 f"no answer within {timeout:.0f} s from the bridge at "
-                f"{', '.join(sorted(channels[n].target for n in work if n not in finished))}")
+                f"{', '.join(sorted(channels[n].target for n in pending()))}")
         for channel in ready:
             channel.read()
-    return finished, refused

@@ -100,7 +100,9 @@ class HostsInstaller:
     A batch is sent to every host its links touch before any answer is awaited, so the
     hosts apply it in parallel without a thread per host; the call returns once every
     host has applied its part (its barrier reply), so an agent hears "linked" only when
-    both ends' hosts forward. The rules and cookies are those `nestednet link` makes
+    both ends' hosts forward. A batch is all or nothing over the hosts
+    (`openflow.apply_all`: staged in a bundle on each, then committed on all). The rules
+    and cookies are those `nestednet link` makes
     (nestednet.model.tunnels.DataPlane.link_flows). ``done`` hears how long each host
     took: how far apart the hosts changed is what a run over several hosts adds to a
     step, and goes into the events (``host_flows``).

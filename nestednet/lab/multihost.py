@@ -467,9 +467,9 @@ class HostLinks(LabLinks):
         return per_host
 
     def _apply(self, per_host: Mapping[str, openflow.Batch]) -> dict[str, float]:
-        """Each host's part over a session with its bridge; seconds from the start until
-        each host had applied it. A host that refuses any of it raises (the other hosts'
-        parts stay applied: the caller's record of links is what it checks)."""
+        """Each host's part over a session with its bridge, all or nothing
+        (`openflow.apply_all`); seconds from the start until each host had applied it. A
+        host that refuses any of it raises, and then no host changed."""
         work = {name: batch for name, batch in sorted(per_host.items()) if any(batch)}
         if not work:
             return {}

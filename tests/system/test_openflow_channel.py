@@ -119,3 +119,47 @@ def test_a_session_over_tcp_checks_the_datapath_id_and_reads_cookies(bridge):
         channel.close()
     with pytest.raises(EnvironmentProblem, match="is not bridge"):
         openflow.Channel(bridge, listener=listener, dpid=dpid + 1)
+
+
+@pytest.fixture
+def two_bridges():
+    names = [f"nnt-ob{uuid.uuid4().hex[:4]}" for _ in range(2)]
+    with Ovsdb() as ovs:
+        for name in names:
+            ovs.add_bridge(name, datapath_type=ovs_datapath(), fail_mode="secure",
+                           external_ids={"org.nestednet.test": "openflow"})
+    try:
+        yield names
+    finally:
+        with Ovsdb() as ovs:
+            for name in names:
+                ovs.del_bridge(name)
+
+
+def test_apply_all_is_all_or_nothing_across_bridges(two_bridges):
+    """As for a step over two hosts: one bridge refusing one rule leaves both bridges as
+    they were (OVS alone would commit a bundle's other rules, and without bundles the
+    first bridge's part would stay); an accepted batch lands on both."""
+    a, b = two_bridges
+    channels = {name: openflow.Channel(name) for name in two_bridges}
+    try:
+        keep: openflow.Batch = ([(0x4E4E000009000009, 9, 10, None, None)], [], [])
+        finished, refused = openflow.apply_all(channels, {a: keep, b: keep}, timeout=10)
+        assert not refused and set(finished) == {a, b}
+        good: openflow.Batch = ([(0x4E4E000001000002, 1, 2, None, None)],
+                                [0x4E4E000009000009], [])
+        bad: openflow.Batch = ([(0x4E4E000001000002, 3, 4, None, None),
+                                (0x4E4E000001000002, 5, 0xFFFFFFFF, None, None)], [], [])
+        finished, refused = openflow.apply_all(channels, {a: good, b: bad}, timeout=10)
+        assert finished == {} and set(refused) == {b}
+        for name in two_bridges:
+            assert {(f.cookie, f.in_port, f.output) for f in openflow.dump(name)} == {
+                (0x4E4E000009000009, 9, 10)}, name
+        finished, refused = openflow.apply_all(channels, {a: good, b: good}, timeout=10)
+        assert not refused and set(finished) == {a, b}
+        for name in two_bridges:
+            assert {(f.cookie, f.in_port, f.output) for f in openflow.dump(name)} == {
+                (0x4E4E000001000002, 1, 2)}, name
+    finally:
+        for channel in channels.values():
+            channel.close()
