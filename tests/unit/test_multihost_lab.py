@@ -139,6 +139,7 @@ def test_host_links_send_one_batch_per_host_a_link_touches_over_the_network(
     assert all(len(b) == 1 and len(b[0]["rules"]) == 2 for b in batches.values())
     assert all(rule[0] == links.cookie(E(1, 1), E(2, 1))
                for b in batches.values() for rule in b[0]["rules"])
+    assert all(c.outcomes == [(1, "commit")] for c in FakeChannel.opened)
     assert all(c.closed for c in FakeChannel.opened), "a CLI call's sessions are closed"
     FakeChannel.opened = []
     links.install(E(1, 2), E(3, 2))  # same host: the usual pair, hostA only
@@ -160,10 +161,14 @@ def test_host_links_send_one_batch_per_host_a_link_touches_over_the_network(
 def test_host_links_refused_by_a_host_raise_naming_it(tmp_path, monkeypatch):
     from nestednet.errors import EnvironmentProblem
 
+    FakeChannel.opened = []
     monkeypatch.setattr(FakeChannel, "refusing", {_target("hostB")})
     monkeypatch.setattr(openflow, "Channel", FakeChannel)
     with pytest.raises(EnvironmentProblem, match="host hostB refused flow changes"):
         _links(tmp_path).install(E(1, 1), E(2, 1))
+    assert {c.target: c.outcomes for c in FakeChannel.opened} == {
+        _target("hostA"): [(1, "discard")], _target("hostB"): [(1, "discard")]}, \
+        "one host refusing: no host commits its part"
 
 
 def test_host_links_are_read_from_every_hosts_flow_table(tmp_path, monkeypatch):
@@ -269,6 +274,7 @@ class FakeChannel:
             raise EnvironmentProblem("refused") from ConnectionRefusedError()
         self.mine, self.theirs = socket.socketpair()
         self.batches: list[dict] = []
+        self.outcomes: list[tuple[int, str]] = []
         self.pending: list = []
         self.refuse = self.target in FakeChannel.refusing
         self.closed = False
@@ -287,9 +293,18 @@ class FakeChannel:
         self.pending.append(done)
         self.theirs.send(b"x")
 
+    def stage(self, done, **batch) -> int:
+        self.submit(lambda errors: done(["type 1 code 2"] if self.refuse else []), **batch)
+        return len(self.batches)
+
+    def finish(self, bundle: int, done, *, commit: bool) -> None:
+        self.outcomes.append((bundle, "commit" if commit else "discard"))
+        self.pending.append(done)
+        self.theirs.send(b"x")
+
     def read(self) -> None:
         self.mine.recv(64)
-        self.pending.pop(0)(["type 1 code 2"] if self.refuse else [])
+        self.pending.pop(0)([])
 
     def close(self) -> None:
         self.closed = True
