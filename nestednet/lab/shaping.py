@@ -88,8 +88,12 @@ class LabShaper:
     """Installs, changes and removes the shaping trees of one lab's iPHY ports."""
 
     def __init__(self, record: LabRecord, policy: ShapingPolicy,
-                 offloads_off: bool = True) -> None:
+                 offloads_off: bool = True,
+                 tc_for: Callable[[str | None], Any] | None = None) -> None:
         self.record = record
+        self.tc_for = tc_for or (lambda _netns: tc)
+        """Who runs tc for a port's namespace: this machine's adapter, or (multi-host
+        labs, `LabLinks.tc_for`) the port's host's helper."""
         self.policy = policy
         self.offloads_off = offloads_off
         """Turn the shaped ports' TSO/GSO/GRO off (one host). Multi-host labs keep them:
@@ -134,18 +138,20 @@ class LabShaper:
                     self.record.add(TC_ROOT, d.port, d.where)
                     self._recorded.add(d.port)
             for space, ports in _by_netns(list(netns), netns.get).items():
+                kernel = self.tc_for(space)
                 if self.offloads_off:
-                    tc.disable_offloads(space, [p for p in ports if p not in self._offloads_off])
+                    kernel.disable_offloads(space,
+                                            [p for p in ports if p not in self._offloads_off])
                     self._offloads_off.update(ports)
                 ops = [op for d in directions if d.port in ports
                        for op in tcplan.port_tree_ops(d.port, d.name,
                                                       self.policy.shape(d.properties),
                                                       SHAPER, netem=self.policy.netem)]
                 if any(p in self._state for p in ports):
-                    tc.check_ports(space, ports, ours=list(self._recorded), owner="nestednet")
-                    indexes = tc.apply(ops, space, ports)
+                    kernel.check_ports(space, ports, list(self._recorded), "nestednet")
+                    indexes = kernel.apply(ops, space, ports)
                 else:
-                    indexes = tc.build(ops, space, ports, list(self._recorded), "nestednet")
+                    indexes = kernel.build(ops, space, ports, list(self._recorded), "nestednet")
                 # Kept from link up, so a step's in-place changes need no lookups.
                 self._index.update(indexes)
             for d in directions:
@@ -190,19 +196,19 @@ class LabShaper:
             mine = [op for op in ops if op.port in ports]
             missing = sorted(set(ports) - set(self._index))
             if missing:
-                self._index.update(tc.port_indexes(space, missing))
+                self._index.update(self.tc_for(space).port_indexes(space, missing))
             try:
-                tc.change_batch(mine, space, self._index)
+                self.tc_for(space).change_batch(mine, space, self._index)
             except EnvironmentProblem:
                 self._index.clear()
-                tc.change(mine, space)
+                self.tc_for(space).change(mine, space)
 
     def down(self, ports: Sequence[str]) -> list[str]:
         """Remove the trees on ``ports`` (after the link's flows are gone)."""
         with self._lock:
             ours = [p for p in ports if p in self._state or p in self._recorded]
             cleared = [port for space, group in _by_netns(ours, self.netns).items()
-                       for port in tc.remove_trees(space, group)]
+                       for port in self.tc_for(space).remove_trees(space, group)]
             for port in ports:
                 self._state.pop(port, None)
             self._save()
@@ -211,7 +217,7 @@ class LabShaper:
     def read(self, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
         """What the kernel holds on ``ports``, as the properties it implies."""
         found = {port: state for space, group in _by_netns(ports, self.netns).items()
-                 for port, state in tc.read(space, group).items()}
+                 for port, state in self.tc_for(space).read(space, group).items()}
         return {port: kernel_properties(port_state) for port, port_state in found.items()}
 
     def _entry(self, d: Direction) -> dict[str, Any]:
@@ -255,7 +261,8 @@ def lab_shaper(record: LabRecord, mode: str, keep_order: bool = False,
     the lab's shaped ports keep their offloads."""
     return LabShaper(record, ShapingPolicy.choose(mode, netem_available(),
                                                   keep_order=keep_order),
-                     offloads_off=links is None or links.shaping_offloads_off)
+                     offloads_off=links is None or links.shaping_offloads_off,
+                     tc_for=None if links is None else links.tc_for)
 
 
 def add_link(links: LabLinks, shaper: LabShaper, a: topo.Endpoint, b: topo.Endpoint,
