@@ -127,6 +127,29 @@ def route_monitor(namespace: str) -> socket.socket:
     return in_namespace(namespace, subscribe)
 
 
+class RouteSource:
+    """Node ``node``'s route changes, from a netlink socket in the namespace of host
+    process ``pid`` (what `run`'s route watch reads: ``fileno()``, ``read()``)."""
+
+    def __init__(self, node: int, pid: int) -> None:
+        self.node = node
+        self.sock = route_monitor(netns_path(pid))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read(self) -> list[tuple[int, dict]]:
+        try:
+            data = self.sock.recv(65536)
+        except OSError:
+            return []
+        return [(self.node, change) for change in route_changes(data)]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
 def route_changes(data: bytes) -> list[dict]:
     """Main-table route messages in ``data``: {op: add|del, dst: "a.b.c.d/len", via, proto}."""
     out = []

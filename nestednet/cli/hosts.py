@@ -74,6 +74,7 @@ HOSTS_FILE = click.option("--hosts", "hosts_file",
 
 def _manager(hostset: pl.HostSet):
     """The swarm manager's engine among the hosts (each at its `engine` URL)."""
+    # Lazy: the docker SDK adds start-up time to `hosts plan`.
     import docker
 
     from nestednet.errors import UsageError
@@ -101,6 +102,7 @@ def prepare(hosts_file: Path, timeout: float) -> None:
     \b
       nestednet hosts prepare --hosts hosts.json
     """
+    # Lazy: the docker SDK adds start-up time to `hosts plan`.
     from nestednet import images
     from nestednet.hostd import service
 
@@ -122,6 +124,7 @@ def unprepare(hosts_file: Path, every: bool) -> None:
     \b
       nestednet hosts unprepare --hosts hosts.json
     """
+    # Lazy: the docker SDK adds start-up time to `hosts plan`.
     from nestednet.hostd import service
 
     hostset = pl.load_hosts(hosts_file)

@@ -220,9 +220,7 @@ class NodeDesign(abc.ABC):
         ``fileno()`` and ``read() -> [(node, change), ...]``. This default: a netlink
         socket per GNAB namespace on this machine; designs whose nodes live elsewhere
         bring theirs."""
-        from nestednet.lab.route_watch import LocalRoutes
-
-        return [LocalRoutes(number, self.gnab_pid(lab, number))
+        return [netlink.RouteSource(number, self.gnab_pid(lab, number))
                 for number in lab.shape.node_numbers()]
 
     @abc.abstractmethod

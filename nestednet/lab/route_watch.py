@@ -9,14 +9,12 @@ routes to node addresses count.
 
 from __future__ import annotations
 
-import contextlib
 import select
 import threading
 import time
 from collections.abc import Callable
 from ipaddress import IPv4Network
 
-from nestednet.adapters import netlink
 from nestednet.lab import designs
 from nestednet.lab.nodes import Lab
 from nestednet.model.addressing import plan_from_dict
@@ -34,28 +32,6 @@ def gnab_pids(lab: Lab) -> dict[int, int]:
         return {number: design.gnab_pid(lab, number) for number in lab.shape.node_numbers()}
     finally:
         design.close()
-
-
-class LocalRoutes:
-    """One GNAB's route changes, from a netlink socket in its namespace on this machine."""
-
-    def __init__(self, node: int, pid: int) -> None:
-        self.node = node
-        self.sock = netlink.route_monitor(netlink.netns_path(pid))
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def read(self) -> list[tuple[int, dict]]:
-        try:
-            data = self.sock.recv(65536)
-        except OSError:
-            return []
-        return [(self.node, change) for change in netlink.route_changes(data)]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
 
 
 class RouteWatch:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import emulated_hosts
@@ -38,7 +39,7 @@ from nestednet import images
 from nestednet.adapters import netlink, openflow, tc
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.session import CaSession, plan_shaping
-from nestednet.capabilities.hosts import host_checks
+from nestednet.capabilities.hosts import helper_check, host_checks
 from nestednet.errors import EnvironmentProblem
 from nestednet.hostd import service
 from nestednet.hostd.client import HelperClient, HelperError
@@ -211,6 +212,12 @@ def test_doctor_hosts_passes_on_the_emulated_hosts(hosts):
                             hosts.control.ovsdb(host.address, True))
         refused = host_checks(described, images.DIND_IMAGE, tls=wrong_ca)
         assert [c.name for c in refused if not c.ok] == [f"{name} ovs"], refused
+        for hostset in (hosts.hostset, hosts.ssl_hostset):
+            helper = helper_check(hostset.named(name), hostset)
+            assert helper.ok, helper
+            print(f"{helper.name}: {helper.detail}")
+        wrong = replace(hosts.ssl_hostset, ssl=wrong_ca)
+        assert not helper_check(wrong.named(name), wrong).ok
 
 
 def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
