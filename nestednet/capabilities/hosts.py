@@ -76,8 +76,7 @@ def host_checks(host: Host, image: str, connect: Callable | None = None,
     """Every check of one host, over its engine URL and OVSDB remote (an `ssl:` remote
     with ``tls``, the hosts file's `ssl`)."""
     # Lazy: the docker SDK and python-ovs add start-up time to every `doctor`.
-    import docker
-
+    from nestednet.adapters import docker_engine
     from nestednet.adapters.ovsdb import Ovsdb
 
     checks: list[Check] = []
@@ -86,8 +85,8 @@ def host_checks(host: Host, image: str, connect: Callable | None = None,
                             'add "engine": "tcp://HOST:2376" or "ssh://user@HOST"', True))
     else:
         try:
-            client = (connect or (lambda url: docker.DockerClient(base_url=url,
-                                                                  timeout=10)))(host.engine)
+            client = (connect or (lambda url: docker_engine.client_for(url, timeout=10)))(
+                host.engine)
             try:
                 before = time.time()
                 info = client.info()

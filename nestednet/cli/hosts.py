@@ -75,16 +75,15 @@ HOSTS_FILE = click.option("--hosts", "hosts_file",
 def _manager(hostset: pl.HostSet):
     """The swarm manager's engine among the hosts (each at its `engine` URL)."""
     # Lazy: the docker SDK adds start-up time to `hosts plan`.
-    import docker
-
+    from nestednet.adapters import docker_engine
     from nestednet.errors import UsageError
     from nestednet.lab.multihost import swarm_manager
 
     missing = [h.name for h in hostset.hosts if h.engine is None]
     if missing:
         raise UsageError(f"hosts {', '.join(missing)}: the hosts file gives no `engine` URL")
-    return swarm_manager({h.name: SimpleNamespace(engine=docker.DockerClient(
-        base_url=h.engine, timeout=120)) for h in hostset.hosts})
+    return swarm_manager({h.name: SimpleNamespace(engine=docker_engine.client_for(h.engine))
+                          for h in hostset.hosts})
 
 
 @hosts.command()

@@ -33,7 +33,7 @@ import docker
 import docker.errors
 import docker.types
 
-from nestednet.adapters import netlink, openflow
+from nestednet.adapters import docker_engine, netlink, openflow
 from nestednet.adapters.ovsdb import LazyOvsdb, Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import client as hostd
@@ -359,7 +359,7 @@ def connect(host: Host, hosts: HostSet) -> HostHandle:
                                  f"{hello.get('version')}, this machine {protocol.VERSION}",
                                  hint="`nestednet hosts prepare --hosts FILE` with this "
                                       "machine's helper image")
-    return HostHandle(host.name, docker.DockerClient(base_url=host.engine, timeout=300),
+    return HostHandle(host.name, docker_engine.client_for(host.engine, timeout=300),
                       LazyOvsdb(host.ovsdb, hosts.ssl), host.address, hosts.ssl, helper,
                       str(hello["state_dir"]))
 
