@@ -10,9 +10,9 @@ does not answer, naming this command.
 The service: the helper image (nestednet.images.HOSTD_IMAGE, which each host must
 hold, as it holds the parent image), the host's network, NET_ADMIN (netlink),
 SYS_ADMIN (setns into the parents' and children's namespaces), SYS_PTRACE (opening
-/proc/PID/ns/net of processes with more capabilities than it), the host's /proc and
-cgroup tree bind-mounted read-only below /host, and the host's state directory at its
-own path. Every host's task listens on that host's address only (`--listen-map`: the
+/proc/PID/ns/net of processes with more capabilities than it), the host's /proc
+(writable: components' sysctls are written through it) and cgroup tree (read-only)
+bind-mounted below /host, and the host's state directory at its own path. Every host's task listens on that host's address only (`--listen-map`: the
 address by Swarm node hostname) on the hosts file's `hostd_port`, with TLS and client
 certificates when the file has `ssl` (the host's key, certificate and the clients' CA
 are the files under ``<state_dir>/pki`` that its OVSDB uses), else plain TCP. Labelled
@@ -81,7 +81,9 @@ def spec(hosts: HostSet, image: str) -> dict:
     """The service's settings (what the spec label hashes)."""
     state = state_dir_of(hosts)
     return {"image": image, "command": command(hosts), "cap_add": CAPABILITIES,
-            "mounts": [["/proc", HOST_PROC, True], ["/sys/fs/cgroup", HOST_CGROUP, True],
+            # /proc writable: a component's sysctls are written through it (after setns,
+            # /proc/sys/net is the entered namespace's; the container's own is read-only).
+            "mounts": [["/proc", HOST_PROC, False], ["/sys/fs/cgroup", HOST_CGROUP, True],
                        [state, state, False]]}
 
 
