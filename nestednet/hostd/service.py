@@ -12,8 +12,9 @@ hold, as it holds the parent image), the host's network, NET_ADMIN (netlink),
 SYS_ADMIN (setns into the parents' and children's namespaces), SYS_PTRACE (opening
 /proc/PID/ns/net of processes with more capabilities than it), the host's /proc
 (writable: components' sysctls are written through it) and cgroup tree (read-only)
-bind-mounted below /host, and the host's state directory at its own path. Every host's task listens on that host's address only (`--listen-map`: the
-address by Swarm node hostname) on the hosts file's `hostd_port`, with TLS and client
+bind-mounted below /host, and the host's state directory at its own path. Every
+host's task listens on that host's address only (`--listen-map`: the address by Swarm
+node hostname) on the hosts file's `hostd_port`, with TLS and client
 certificates when the file has `ssl` (the host's key, certificate and the clients' CA
 are the files under ``<state_dir>/pki`` that its OVSDB uses), else plain TCP. Labelled
 ours; its spec's hash is a label too, so preparing again with the same file does
