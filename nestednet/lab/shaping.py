@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,9 +214,13 @@ class LabShaper:
             self._save()
         return cleared
 
-    def read(self, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """What the kernel holds on ``ports``, as the properties it implies."""
-        found = {port: state for space, group in _by_netns(ports, self.netns).items()
+    def read(self, ports: Sequence[str], netns: Mapping[str, str | None] | None = None
+             ) -> dict[str, dict[str, Any]]:
+        """What the kernel holds on ``ports``, as the properties it implies; ``netns``
+        says where a port without a tree of ours is (default: this machine)."""
+        where = {p: self.netns(p) if p in self._state or not netns else netns.get(p)
+                 for p in ports}
+        found = {port: state for space, group in _by_netns(ports, where.get).items()
                  for port, state in self.tc_for(space).read(space, group).items()}
         return {port: kernel_properties(port_state) for port, port_state in found.items()}
 
@@ -324,8 +328,9 @@ def list_links(links: LabLinks, shaper: LabShaper) -> list[dict[str, Any]]:
     """Each link with, per direction, the configured properties and what the kernel holds."""
     rows = []
     present = links.links()
-    ports = [iphy_port(links.lab, end) for link in present for end in link]
-    kernel = shaper.read(ports) if ports else {}
+    ends = {iphy_port(links.lab, end): end for link in present for end in link}
+    kernel = shaper.read(list(ends), {p: links.netns_of(e) for p, e in ends.items()}) \
+        if ends else {}
     for link in present:
         row = links.describe(link)
         row["directions"] = []
