@@ -121,6 +121,9 @@ class RecordingHelper:
     def call(self, op: str, **args):
         assert op == "tc"
         RecordingHelper.calls.append((self.host, args["function"], args["args"]))
+        if args["function"] == "read":
+            return {p: {"exists": True, "root": {"kind": "noqueue", "handle": "0:0"},
+                        "qdiscs": [], "classes": [], "filters": []} for p in args["args"][1]}
         return {} if args["function"] == "build" else list(args["args"][1])
 
 
@@ -234,6 +237,22 @@ def test_a_cross_host_link_is_shaped_on_each_receiving_host_with_offloads_kept(
     assert sorted((h, f, args) for h, f, args in RecordingHelper.calls) == [
         ("hostA", "remove_trees", [None, ["mh-1x1"]]),
         ("hostB", "remove_trees", [None, ["mh-2x1"]])]
+
+
+def test_link_list_reads_each_unshaped_port_on_its_own_host(tmp_path, monkeypatch):
+    """An unshaped cross-host link: each port's qdiscs are read by its host's helper,
+    never in this machine's namespace (where the port is not)."""
+    monkeypatch.setattr(tc, "read", lambda *a: pytest.fail("read on this machine"))
+    RecordingHelper.calls = []
+    links = _links(tmp_path)
+    monkeypatch.setattr(HostLinks, "link_cookies",
+                        lambda self: {self.cookie(E(1, 1), E(2, 1))})
+    record = LabRecord("mh", tmp_path)
+    record.claim()
+    rows = shaping.list_links(links, shaping.lab_shaper(record, RATE_ONLY, links=links))
+    assert sorted((h, f, args) for h, f, args in RecordingHelper.calls) == [
+        ("hostA", "read", [None, ["mh-1x1"]]), ("hostB", "read", [None, ["mh-2x1"]])]
+    assert [d["kernel"] for d in rows[0]["directions"]] == [None, None]
 
 
 @pytest.mark.parametrize(("args", "words"), [
