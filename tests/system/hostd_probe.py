@@ -112,8 +112,11 @@ def main() -> int:
         for _ in range(REPEATS):
             for kind, url in (("forwarded", forwarded), ("shared", shared)):
                 def version(url=url) -> None:
-                    with docker.DockerClient(base_url=url, timeout=30) as c:
+                    c = docker.DockerClient(base_url=url, timeout=30)
+                    try:
                         c.version()
+                    finally:
+                        c.close()
                 engines[kind].append(timed(version))
         results["inner engine `version`, new client each"] = {k: ms(v)
                                                               for k, v in engines.items()}
@@ -123,8 +126,11 @@ def main() -> int:
         rewire = {"direct": [], "helper": []}
 
         def inner_pid() -> int:
-            with docker.DockerClient(base_url=shared, timeout=30) as c:
+            c = docker.DockerClient(base_url=shared, timeout=30)
+            try:
                 return int(c.containers.get("iphy1").attrs["State"]["Pid"])
+            finally:
+                c.close()
 
         parent_here = hosts.pid_here(h1, pid_there)
         for _ in range(REPEATS):
@@ -168,7 +174,7 @@ def main() -> int:
         done = subprocess.run([CLI, "delete", "--lab", LAB], capture_output=True, text=True)
         results["delete"] = done.returncode
         hosts.close()
-    print(json.dumps(results, indent=1))
+        print(json.dumps(results, indent=1))
     return 0 if results.get("ping across the rewired iPHY (replies of 3)") == 3 else 1
 
 
