@@ -49,9 +49,11 @@ class NodeHandles:
     The node's *host side* (where its veth pairs are made, its iPHYs' main-bridge ports
     live and its GNAB's control end joins a control bridge) is this machine's own
     namespace for one-host labs; for a node on another host of a multi-host lab it is
-    that host's namespace (``host_netns``), ``host_ovs`` is that host's OVS and the
-    record names the host (``where``). Pids are this machine's: a host emulated here
-    shares our kernel, so a namespace is reached through /proc.
+    wired by that host's helper (nestednet.hostd), in whose namespace the host side is
+    (``host_netns`` None there), ``host_ovs`` and ``node_ovs`` collect the OVSDB calls the
+    client then applies, and the record names the host (``where``). Pids are those of
+    the process doing the wiring: this machine's, or the host's as the helper reads them
+    (nestednet.adapters.netlink.set_proc_root).
     """
 
     lab: str
