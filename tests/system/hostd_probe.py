@@ -16,8 +16,9 @@ What it measures (p50 / p90 of REPEATS, the two ways alternating):
      (nestednet.lab.wiring on this machine, in the host's namespace by /proc, both
      OVSDBs through their unix sockets) against the helper path (`wire.component`,
      names recorded first, the switch calls applied here through the forwarded node
-     OVSDB socket and the host's OVSDB over TCP), as `swap --restart` does it; after
-     the last rewire a cross-host link must still carry pings.
+     OVSDB socket and the host's OVSDB over TCP), plain and TLS (the host's OVSDB then
+     over SSL too), as `swap --restart` does it; after the last rewire a cross-host
+     link must still carry pings.
 Nothing is kept; the lab and the hosts are removed at the end.
 """
 
@@ -97,11 +98,13 @@ def main() -> int:
                                str(path), "--timings"], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         results["create 2x2 s"] = round(time.monotonic() - t0, 1)
-        results["create timings"] = [ln for ln in done.stdout.splitlines() if " s" in ln][-8:]
+        results["create timings"] = [" ".join(ln.replace("│", " ").split())
+                                     for ln in done.stdout.splitlines() if "│" in ln]
         lab = Lab.open(LAB)
         h1 = lab.meta["placement"]["2"]
         local = hosts.local[h1]
         handle = mh.connect(hosts.hostset.named(h1), hosts.hostset)
+        secure = mh.connect(hosts.ssl_hostset.named(h1), hosts.ssl_hostset)
         parent = topo.parent_container(LAB, 2)
         pid_there = int(next(c for c in handle.engine.containers.list(
             filters={"label": f"{wiring.LAB_ID}={LAB}"})
@@ -123,7 +126,7 @@ def main() -> int:
         plan = plan_from_dict(lab.shape, lab.meta["plan"])
         names = wiring.recorded_names(LAB, 2, [1])
         args = swarm._wiring_args(LAB, 2, pid_there, handle, lab.shape, plan, names)
-        rewire = {"direct": [], "helper": []}
+        rewire = {"direct": [], "helper": [], "helper-tls": []}
 
         def inner_pid() -> int:
             c = docker.DockerClient(base_url=shared, timeout=30)
@@ -146,7 +149,7 @@ def main() -> int:
                     wiring.unwire_component(h, 1)
                     wiring.wire_component(h, 1, netlink.host_pids(parent_here, [child])[child])
 
-            def helper(child: int = child) -> None:
+            def helper(child: int = child, handle: mh.HostHandle = handle) -> None:
                 for name in names:
                     lab.record.add("veth", name, h1)
                 done = handle.helper.call("wire.component", component=1, inner_pid=child,
@@ -156,10 +159,13 @@ def main() -> int:
 
             rewire["direct"].append(timed(direct))
             rewire["helper"].append(timed(helper))
+            child = inner_pid()
+            rewire["helper-tls"].append(timed(lambda child=child: helper(child, secure)))
         results["rewire one iPHY (unwire + wire, OVSDB included)"] = {
             k: ms(v) for k, v in rewire.items()}
-        results["rewire medians, helper - direct ms"] = round(
-            (statistics.median(rewire["helper"]) - statistics.median(rewire["direct"])) * 1e3, 2)
+        results["rewire medians minus direct's, ms"] = {
+            k: round((statistics.median(v) - statistics.median(rewire["direct"])) * 1e3, 2)
+            for k, v in rewire.items() if k != "direct"}
         add = subprocess.run([CLI, "link", "add", "--lab", LAB, "n1:iphy1", "n2:iphy1"],
                              capture_output=True, text=True)
         assert add.returncode == 0, add.stderr
@@ -169,6 +175,7 @@ def main() -> int:
                               capture_output=True, text=True)
         results["ping across the rewired iPHY (replies of 3)"] = ping.stdout.count("bytes from")
         handle.close()
+        secure.close()
         results["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
     finally:
         done = subprocess.run([CLI, "delete", "--lab", LAB], capture_output=True, text=True)
