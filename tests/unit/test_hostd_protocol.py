@@ -215,3 +215,43 @@ def test_the_helper_records_nothing_the_client_did_not_record_first():
     assert calls == [["node", "add_port", ["mh-node", "mh-1i0"], {"external_ids": {"a": "b"}}]]
     with pytest.raises(AttributeError):
         switch.del_bridge("x")
+
+
+def test_the_helper_service_listens_per_host_and_takes_tls_files_from_the_state_dir():
+    """One global service spec for every host: each task picks its own address; with
+    `ssl` the helper gets the host's key, certificate and the clients' CA under the
+    state directory, without it plain TCP on another port; the spec's hash changes with
+    what matters."""
+    from nestednet.hostd import service
+    from nestednet.model import placement as pl
+
+    hosts = pl.HostSet((pl.Host("a", "10.0.0.1"), pl.Host("b", "10.0.0.2")),
+                       ssl=pl.Tls("k", "c", "ca"), state_dir="/srv/nn")
+    spec = service.spec(hosts, "nestednet/hostd:t")
+    cmd = spec["command"]
+    assert cmd[cmd.index("--listen-map") + 1] == "a=10.0.0.1,b=10.0.0.2"
+    assert cmd[cmd.index("--port") + 1] == "6650" and "--plain" not in cmd
+    assert [cmd[cmd.index(f) + 1] for f in ("--private-key", "--certificate", "--ca-cert")] \
+        == ["/srv/nn/pki/host-privkey.pem", "/srv/nn/pki/host-cert.pem",
+            "/srv/nn/pki/controllerca.pem"]
+    assert ["/srv/nn", "/srv/nn", False] in spec["mounts"]
+    assert ["/proc", service.HOST_PROC, False] in spec["mounts"]
+    assert ["/sys/fs/cgroup", service.HOST_CGROUP, True] in spec["mounts"]
+    plain = pl.HostSet(hosts.hosts)
+    assert "--plain" in service.command(plain) and service.port_of(plain) == 6651
+    assert service.service_name(plain) != service.service_name(hosts)
+    assert service.state_dir_of(plain) == service.DEFAULT_STATE_DIR
+    assert service.spec_hash(spec) == service.spec_hash(service.spec(hosts, "nestednet/hostd:t"))
+    assert service.spec_hash(spec) != service.spec_hash(service.spec(hosts, "nestednet/hostd:u"))
+
+
+def test_the_helper_picks_its_address_from_the_listen_map_by_node_name(monkeypatch, capsys):
+    from nestednet.hostd import __main__ as cli
+
+    monkeypatch.setenv("NESTEDNET_HOSTD_NODE", "c")
+    assert cli.main(["--listen-map", "a=10.0.0.1,b=10.0.0.2", "--port", "7000",
+                     "--state-dir", "/tmp", "--plain"]) == 1
+    assert "host c is not in --listen-map (a, b)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--listen", "127.0.0.1", "--port", "7000", "--state-dir", "/tmp"])
+    assert exit_.value.code == 2, "neither TLS files nor --plain"
