@@ -11,12 +11,17 @@ create killed mid-way. A second lab takes the nested labs' options over the two 
 both hosts); a third, `--routing direct` in a run. The first lab routes with `none`, so
 its CA step bench stays comparable between runs (with `direct`, each link change also
 starts `ip` processes in the agents: docs/multihost.md section 4c). The hosts are
-addressed as if remote: OVSDB on their addresses over TCP (the direct lab and the killed
-create over SSL), OpenFlow to each lab's listeners there (section 4d).
+reached as real ones, over the network only: engines at their URLs, OVSDB on their
+addresses over TCP (the direct lab and the killed create over SSL), OpenFlow to each
+lab's listeners there (section 4d), everything else through each host's helper (plain,
+or TLS for the SSL labs; section 5a), whose refusals have a test of their own. The
+tests' own checks of what is left look from here, through the emulated hosts'
+namespaces and directories.
 
-Marked `multihost` (and `system`); `make test` runs it as its own stage (about 5
-minutes: it starts two Docker engines and loads a 542 MB image into each), and
-`scripts/test multihost` runs it alone."""
+Marked `multihost` (and `system`); `make test` runs it as its own stage (about 6
+minutes: it starts two Docker engines and loads the parent image, 542 MB, and the helper
+image, which shares its layers, into each), and `scripts/test multihost` runs it
+alone."""
 
 from __future__ import annotations
 
