@@ -19,8 +19,10 @@ and state directories here) is for the tests' own independent checks.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +37,7 @@ from nestednet.capabilities.nodes import PARENT_CAPSET_OPTIONS
 from nestednet.hostd import service
 from nestednet.lab import multihost as mh
 from nestednet.lab.multihost import HostHandle
+from nestednet.model import placement as pl
 from nestednet.model.placement import Host, HostSet, Tls
 
 LABEL = "org.nestednet.emulated-host"
@@ -83,6 +86,7 @@ class Local:
     """Its state directory (/nestednet there)."""
 
 
+CLI = str(Path(sys.executable).parent / "nestednet")
 STATE_DIR = "/nestednet"
 """The emulated hosts' state directory (hosts file `state_dir`)."""
 
@@ -110,10 +114,19 @@ class EmulatedHosts:
         return netlink.host_pids(self.local[host].pid, [pid_there])[pid_there]
 
     def close(self) -> None:
+        """`nestednet hosts unprepare --all` (the user's command), then the hosts go; a
+        helper service left behind by the command fails the close, after the removal."""
         mh.close_all(self.handles.values())
+        done = subprocess.run([CLI, "hosts", "unprepare", "--all", "--hosts",
+                               str(self.root / "hosts.json")], capture_output=True, text=True)
+        left = []
         with contextlib.suppress(Exception):
+            left = [s.name for s in self.manager.services.list(
+                filters={"label": service.LABEL})]
             service.remove(self.manager)
         remove(self.client, self.prefix, self.root)
+        if done.returncode != 0 or left:
+            raise RuntimeError(f"hosts unprepare left {left}: {done.stdout} {done.stderr}")
 
 
 def remove(client: docker.DockerClient, prefix: str, root: Path) -> None:
@@ -206,8 +219,13 @@ def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> 
     t0 = time.monotonic()
     manager = mh.swarm_manager({n: SimpleNamespace(engine=docker.DockerClient(
         base_url=h.engine, timeout=300)) for n, h in zip(names, hostset.hosts, strict=True)})
-    for each in (hostset, ssl_hostset):
-        service.prepare(manager, each, images.HOSTD_IMAGE)
+    for each, file in ((hostset, "hosts.json"), (ssl_hostset, "hosts-ssl.json")):
+        # The user's command, as on real hosts.
+        (root / file).write_text(json.dumps(pl.hosts_doc(each)))
+        done = subprocess.run([CLI, "hosts", "prepare", "--hosts", str(root / file)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"hosts prepare ({file}): {done.stderr}")
     timings["helpers_s"] = time.monotonic() - t0
     handles = mh.connect_all(hostset, names)
     return EmulatedHosts(prefix, root, client, names, handles, hostset, ssl_hostset, manager,

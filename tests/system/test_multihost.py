@@ -807,6 +807,13 @@ def test_helper_takes_only_the_pkis_clients(hosts):
     assert tls is not None
     h0 = hosts.ssl_hostset.hosts[0]
     port = service.port_of(hosts.ssl_hostset)
+    # Preparing again with the same file changes nothing (the emulated hosts were prepared
+    # with this command).
+    name = service.service_name(hosts.ssl_hostset)
+    before = service.find(hosts.manager, name).id
+    again = nn("hosts", "prepare", "--hosts", str(hosts.root / "hosts-ssl.json"))
+    assert again.returncode == 0, again.stderr
+    assert service.find(hosts.manager, name).id == before
     good = HelperClient(h0.name, h0.address, port, tls)
     try:
         hello = good.call("hello")
