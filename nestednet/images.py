@@ -46,6 +46,7 @@ def _checkout_tag() -> str:
 IMAGE_TAG = _checkout_tag()
 COMPONENT_IMAGE = f"nestednet/component:{IMAGE_TAG}"
 DIND_IMAGE = f"nestednet/dind:{IMAGE_TAG}"
+HOSTD_IMAGE = f"nestednet/hostd:{IMAGE_TAG}"
 INPUTS_LABEL = f"{LABEL_PREFIX}.inputs"
 CACHE_DIR = Path("/var/lib/nestednet/images")
 
@@ -60,12 +61,19 @@ class ImageSpec:
     dockerfile: str
     inputs: tuple[str, ...]
     """Files and folders (relative to the source root) whose content defines the image."""
+    base: str | None = None
+    """Built on this image of ours (None: on the base image)."""
 
 
 SPECS = (
     ImageSpec(COMPONENT_IMAGE, "images/component/Dockerfile",
               ("images/component", "nestednet/agent")),
     ImageSpec(DIND_IMAGE, "Dockerfile.dind", ("Dockerfile.dind", "images/dind")),
+    # The per-host helper: the parent image (python3, already on every host) plus
+    # NestedNet's package and pyroute2, copied from this machine's installation (so both
+    # ends run the same versions, and the build needs no package index).
+    ImageSpec(HOSTD_IMAGE, "images/hostd/Dockerfile", ("images/hostd", "nestednet"),
+              base=DIND_IMAGE),
 )
 
 
@@ -160,6 +168,32 @@ def _stream_build(client: docker.DockerClient, root: Path, spec: ImageSpec, base
         raise EnvironmentProblem(f"building {spec.tag} failed: {last_error}")
 
 
+def _pyroute2_version() -> str:
+    import pyroute2
+
+    return str(getattr(pyroute2, "__version__", "unknown"))
+
+
+@contextlib.contextmanager
+def _context(root: Path, spec: ImageSpec):
+    """The build context: the source tree, or for the helper image a small directory
+    with its Dockerfile, the `nestednet` package and this machine's pyroute2."""
+    if spec.base is None:
+        yield root
+        return
+    import pyroute2
+
+    with tempfile.TemporaryDirectory(prefix="nestednet-hostd-", dir="/var/tmp") as tmp:
+        context = Path(tmp)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        (context / Path(spec.dockerfile).parent).mkdir(parents=True)
+        shutil.copy(root / spec.dockerfile, context / spec.dockerfile)
+        shutil.copytree(root / "nestednet", context / "site" / "nestednet", ignore=ignore)
+        shutil.copytree(Path(pyroute2.__file__).parent, context / "site" / "pyroute2",
+                        ignore=ignore)
+        yield context
+
+
 def build_all(*, base_image: str | None = None, force: bool = False, verbose: bool = False,
               report: Report = print) -> list[BuildResult]:
     """Build (or reuse) every image; returns what each is and whether it was cached."""
@@ -169,15 +203,21 @@ def build_all(*, base_image: str | None = None, force: bool = False, verbose: bo
     base_id = client.images.get(base).id
     results = []
     for spec in SPECS:
-        wanted = inputs_hash(root, (*spec.inputs, spec.dockerfile), base_id)
+        spec_base = spec.base or base
+        spec_base_id = client.images.get(spec_base).id if spec.base else base_id
+        wanted = inputs_hash(root, (*spec.inputs, spec.dockerfile), spec_base_id)
+        if spec.base:
+            wanted = hashlib.sha256(f"{wanted}{_pyroute2_version()}".encode()).hexdigest()[:24]
         cached = False
         if not force and docker_engine.image_exists(client, spec.tag):
             cached = client.images.get(spec.tag).labels.get(INPUTS_LABEL) == wanted
         if cached:
             report(f"{spec.tag}: up to date (cached)")
         else:
-            report(f"{spec.tag}: building from {spec.dockerfile} on {base}")
-            _stream_build(client, root, spec, base, {INPUTS_LABEL: wanted}, report, verbose)
+            report(f"{spec.tag}: building from {spec.dockerfile} on {spec_base}")
+            with _context(root, spec) as context:
+                _stream_build(client, context, spec, spec_base, {INPUTS_LABEL: wanted},
+                              report, verbose)
         image = client.images.get(spec.tag)
         results.append(BuildResult(spec.tag, image.short_id, image.attrs["Size"] / 1e6, cached))
     prune_leftovers(client)

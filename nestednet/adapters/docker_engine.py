@@ -16,6 +16,14 @@ from nestednet.errors import EnvironmentProblem
 HOST_SOCKET = "unix:///var/run/docker.sock"
 
 
+def client_for(url: str, *, timeout: int = 120) -> docker.DockerClient:
+    """A client for a hosts file's engine URL (unix://, tcp://, ssh://), not yet asked
+    anything. ssh:// goes through the OpenSSH client (its keys, known hosts and agent, as
+    the docker CLI's `-H ssh://` does), not paramiko, which NestedNet does not install."""
+    return docker.DockerClient(base_url=url, timeout=timeout,
+                               use_ssh_client=url.startswith("ssh://"))
+
+
 def connect(base_url: str | None = None, *, timeout: int = 120) -> docker.DockerClient:
     """Return a client for the engine at ``base_url`` after checking it answers.
 

@@ -33,8 +33,20 @@ TX_CHECKSUM_FEATURES = ("tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checks
                         "tx-checksum-sctp", "tx-checksum-fcoe-crc")
 
 
+PROC = "/proc"
+"""Where the pids this process is given are numbered: its own /proc, or (the per-host
+helper, nestednet.hostd) the host's /proc bind-mounted into its container, whose pid
+namespace is not the host's."""
+
+
+def set_proc_root(path: str) -> None:
+    """Read pids, their namespaces and per-namespace sysctls under ``path`` (the helper)."""
+    global PROC
+    PROC = path
+
+
 def netns_path(pid: int) -> str:
-    return f"/proc/{pid}/ns/net"
+    return f"{PROC}/{pid}/ns/net"
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -97,7 +109,9 @@ def write_sysctls(namespace: str, settings: dict[str, str]) -> None:
     """
     def write() -> None:
         for key, value in settings.items():
-            Path("/proc/sys", key).write_text(value)
+            # /proc/sys/net is the namespace of the writing thread, whichever procfs it is
+            # reached through (the helper's own /proc/sys is read-only in its container).
+            Path(PROC, "sys", key).write_text(value)
 
     in_namespace(namespace, write)
 
@@ -111,6 +125,29 @@ def route_monitor(namespace: str) -> socket.socket:
         return sock
 
     return in_namespace(namespace, subscribe)
+
+
+class RouteSource:
+    """Node ``node``'s route changes, from a netlink socket in the namespace of host
+    process ``pid`` (what `run`'s route watch reads: ``fileno()``, ``read()``)."""
+
+    def __init__(self, node: int, pid: int) -> None:
+        self.node = node
+        self.sock = route_monitor(netns_path(pid))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read(self) -> list[tuple[int, dict]]:
+        try:
+            data = self.sock.recv(65536)
+        except OSError:
+            return []
+        return [(self.node, change) for change in route_changes(data)]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
 
 def route_changes(data: bytes) -> list[dict]:
@@ -187,7 +224,11 @@ def add_veth(ipr: IPRoute, a: str, b: str, *, offloads: bool = False,
         if where is None:
             return {}
         if isinstance(where, int):
-            return {"net_ns_pid": where}
+            if PROC == "/proc":
+                return {"net_ns_pid": where}
+            # The kernel reads a net_ns_pid in the caller's pid namespace, which is not
+            # the one these pids are numbered in (set_proc_root): name it by path.
+            where = netns_path(where)
         path = where if where.startswith("/") else f"/run/netns/{where}"
         try:
             fds.append(os.open(path, os.O_RDONLY))
@@ -344,7 +385,7 @@ def list_netns() -> list[str]:
 
 def _status(pid: str) -> tuple[int, list[int]] | None:
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = Path(f"{PROC}/{pid}/status").read_text()
     except OSError:
         return None
     ppid, nspid = 0, []
@@ -363,7 +404,7 @@ def host_pids(parent_host_pid: int, inner_pids: list[int]) -> dict[int, int]:
     the descendant of the parent whose NSpid line has that value one level down.
     """
     procs: dict[int, tuple[int, list[int]]] = {}
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir(PROC):
         if entry.isdigit():
             info = _status(entry)
             if info is not None:

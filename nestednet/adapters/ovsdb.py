@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from nestednet.errors import EnvironmentProblem
-from nestednet.model.placement import Tls
+
+if TYPE_CHECKING:  # the per-host helper imports this module without jsonschema
+    from nestednet.model.placement import Tls
 
 HOST_DB = "unix:/var/run/openvswitch/db.sock"
 

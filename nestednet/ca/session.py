@@ -245,7 +245,8 @@ class CaSession:
         self.shaping_info: dict = {}
         if links is not None:
             shaper = LabShaper(lab.record, links[1],
-                               offloads_off=self.links.shaping_offloads_off)
+                               offloads_off=self.links.shaping_offloads_off,
+                               tc_for=self.links.tc_for)
             self.shaping = RunShaping(links[0], shaper, self.endpoint_of, lab.record.lab,
                                       self.links)
             self.shaping_info = self.shaping.check()

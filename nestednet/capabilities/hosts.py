@@ -2,7 +2,8 @@
 
 Per host: its Docker engine answers, is in swarm mode and advertises the address the
 hosts file gives (the tunnels' remote), has the node-parent image, and its clock is
-close to ours (a step's flows change on all hosts together); its Open vSwitch answers.
+close to ours (a step's flows change on all hosts together); its Open vSwitch answers;
+its helper (nestednet.hostd, `nestednet hosts prepare`) answers with our protocol.
 Seccomp is reported, not required: parents started by Swarm run under the engine's
 profile and cope with the default one (docs/multihost.md).
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from nestednet.capabilities.check import Check
-from nestednet.model.placement import Host, Tls
+from nestednet.model.placement import Host, HostSet, Tls
 
 MAX_CLOCK_SKEW_S = 0.5
 """Beyond this, a step's changes on two hosts can no longer count as simultaneous."""
@@ -75,8 +76,7 @@ def host_checks(host: Host, image: str, connect: Callable | None = None,
     """Every check of one host, over its engine URL and OVSDB remote (an `ssl:` remote
     with ``tls``, the hosts file's `ssl`)."""
     # Lazy: the docker SDK and python-ovs add start-up time to every `doctor`.
-    import docker
-
+    from nestednet.adapters import docker_engine
     from nestednet.adapters.ovsdb import Ovsdb
 
     checks: list[Check] = []
@@ -85,8 +85,8 @@ def host_checks(host: Host, image: str, connect: Callable | None = None,
                             'add "engine": "tcp://HOST:2376" or "ssh://user@HOST"', True))
     else:
         try:
-            client = (connect or (lambda url: docker.DockerClient(base_url=url,
-                                                                  timeout=10)))(host.engine)
+            client = (connect or (lambda url: docker_engine.client_for(url, timeout=10)))(
+                host.engine)
             try:
                 before = time.time()
                 info = client.info()
@@ -111,3 +111,28 @@ def host_checks(host: Host, image: str, connect: Callable | None = None,
             checks.append(Check(f"{host.name} ovs", False, f"{host.ovsdb}: {exc}",
                                 "start Open vSwitch there with a TCP/SSL remote", True))
     return checks
+
+
+def helper_check(host: Host, hosts: HostSet) -> Check:
+    """The host's helper answers `hello` (over TLS with the file's `ssl`) and speaks this
+    machine's protocol version: without it `create` cannot wire a node there."""
+    # Lazy: the plain `doctor` never needs the helper's client.
+    from nestednet.hostd import client as hostd
+    from nestednet.hostd import protocol, service
+
+    port = service.port_of(hosts)
+    fix = "nestednet hosts prepare --hosts FILE (the helper image on every host)"
+    try:
+        client = hostd.HelperClient(host.name, host.address, port, hosts.ssl, timeout=10)
+        try:
+            hello = client.call("hello")
+        finally:
+            client.close()
+    except Exception as exc:  # any failure to reach it is the finding
+        return Check(f"{host.name} helper", False, str(exc), fix, True)
+    if hello.get("version") != protocol.VERSION:
+        return Check(f"{host.name} helper", False, f"protocol {hello.get('version')}, this "
+                     f"machine speaks {protocol.VERSION}", fix, True)
+    return Check(f"{host.name} helper", True,
+                 f"{'TLS' if hosts.ssl else 'plain TCP'} on port {port}, state directory "
+                 f"{hello.get('state_dir')}", needed_for_create=True)

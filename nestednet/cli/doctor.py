@@ -31,12 +31,13 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
     if hosts_file is not None:
         # Lazy: the docker SDK and python-ovs add start-up time to the plain `doctor`.
         from nestednet import images
-        from nestednet.capabilities.hosts import host_checks
+        from nestednet.capabilities.hosts import helper_check, host_checks
         from nestednet.model.placement import load_hosts
 
         hostset = load_hosts(hosts_file)
         checks = [c for h in hostset.hosts
-                  for c in host_checks(h, images.DIND_IMAGE, tls=hostset.ssl)]
+                  for c in [*host_checks(h, images.DIND_IMAGE, tls=hostset.ssl),
+                            helper_check(h, hostset)]]
     else:
         checks = report(_probe_image())
     ready = ready_for_create(checks)
@@ -52,8 +53,6 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
         subject = "every host ready" if hosts_file is not None else "ready"
         verdict = (f"{subject} for `nestednet create`" if ready
                    else f"NOT {subject} for `nestednet create`")
-        if hosts_file is not None:
-            verdict += " (multi-host create is not built yet: docs/multihost.md)"
         out_console.print(f"\n{verdict}")
     sys.exit(ExitStatus.OK if ready else ExitStatus.FAILURE)
 

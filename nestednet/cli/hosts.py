@@ -1,10 +1,11 @@
-"""`nestednet hosts plan`: where a multi-host lab's nodes would go and which tunnels join
-the hosts, from a hosts file, without touching any host (issue #16; `create --hosts` is
-not built yet)."""
+"""`nestednet hosts plan|prepare|unprepare`: where a multi-host lab's nodes would go and
+which tunnels join the hosts (without touching any host); the per-host helper every
+multi-host lab needs, started and removed as a Swarm global service (issue #16)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -21,7 +22,7 @@ def register(group: click.Group) -> None:
 
 @click.group()
 def hosts() -> None:
-    """Labs over several hosts (Docker Swarm, VXLAN between main bridges): planning."""
+    """Labs over several hosts (Docker Swarm, VXLAN between main bridges)."""
 
 
 @hosts.command()
@@ -64,3 +65,67 @@ def plan(hosts_file: Path, lab: str, nodes: int, iphys: int, placement: str,
         for t in h["tunnels"]:
             click.echo(f"  {t['port']} -> {t['peer']} ({t['remote']}) vni {t['vni']}")
     click.echo(f"iPHY MTU {out['iphy_mtu']} (VXLAN + 802.1Q tag)")
+
+
+HOSTS_FILE = click.option("--hosts", "hosts_file",
+                          type=click.Path(dir_okay=False, path_type=Path), required=True,
+                          help="Hosts file (nestednet/schemas/hosts.schema.json).")
+
+
+def _manager(hostset: pl.HostSet):
+    """The swarm manager's engine among the hosts (each at its `engine` URL)."""
+    # Lazy: the docker SDK adds start-up time to `hosts plan`.
+    from nestednet.adapters import docker_engine
+    from nestednet.errors import UsageError
+    from nestednet.lab.multihost import swarm_manager
+
+    missing = [h.name for h in hostset.hosts if h.engine is None]
+    if missing:
+        raise UsageError(f"hosts {', '.join(missing)}: the hosts file gives no `engine` URL")
+    return swarm_manager({h.name: SimpleNamespace(engine=docker_engine.client_for(h.engine))
+                          for h in hostset.hosts})
+
+
+@hosts.command()
+@HOSTS_FILE
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds every host's helper may take to answer.")
+def prepare(hosts_file: Path, timeout: float) -> None:
+    """Start the per-host helper on every host: a Swarm global service (idempotent).
+
+    Multi-host labs reach each host's kernel (tunnels, veths, tc) and its parents'
+    sockets through it. Each host needs the helper image (`nestednet images build`
+    makes it; `docker save | docker load` it there) and, with the hosts file's `ssl`,
+    the host's key, certificate and the clients' CA under STATE_DIR/pki/.
+
+    \b
+      nestednet hosts prepare --hosts hosts.json
+    """
+    # Lazy: the docker SDK adds start-up time to `hosts plan`.
+    from nestednet import images
+    from nestednet.hostd import service
+
+    hostset = pl.load_hosts(hosts_file)
+    hellos = service.prepare(_manager(hostset), hostset, images.HOSTD_IMAGE, timeout)
+    for name, hello in hellos.items():
+        click.echo(f"{name}: helper answering ({service.service_name(hostset)}, "
+                   f"{'TLS' if hostset.ssl else 'plain TCP'} on port "
+                   f"{service.port_of(hostset)}, state {hello['state_dir']})")
+
+
+@hosts.command()
+@HOSTS_FILE
+@click.option("--all", "every", is_flag=True,
+              help="Remove every helper service of ours, whatever its port.")
+def unprepare(hosts_file: Path, every: bool) -> None:
+    """Remove the per-host helper service (labs on these hosts stop working).
+
+    \b
+      nestednet hosts unprepare --hosts hosts.json
+    """
+    # Lazy: the docker SDK adds start-up time to `hosts plan`.
+    from nestednet.hostd import service
+
+    hostset = pl.load_hosts(hosts_file)
+    removed = service.remove(_manager(hostset), None if every else hostset)
+    click.echo("removed: " + (", ".join(removed) if removed else "nothing"))

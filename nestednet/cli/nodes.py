@@ -67,7 +67,8 @@ def register(group: click.Group) -> None:
                                  "(nestednet/schemas/hosts.schema.json): parents become "
                                  "Docker Swarm services, VXLAN joins the hosts' main bridges. "
                                  "A control VXLAN per host joins the GNABs to `run`'s CA. "
-                                 "Partial: emulated hosts only (docs/multihost.md).")
+                                 "Each host needs its helper: `nestednet hosts prepare` "
+                                 "(docs/multihost.md).")
 @click.option("--spread/--pack", "spread", default=True, show_default=True,
               help="With --hosts: even out the nodes over the hosts, or fill each host up "
                    "to its capacity in file order.")

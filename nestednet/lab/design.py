@@ -215,6 +215,14 @@ class NodeDesign(abc.ABC):
         parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
         return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
 
+    def route_sources(self, lab: Lab) -> list:
+        """What `run`'s route watch reads (nestednet.lab.route_watch): objects with
+        ``fileno()`` and ``read() -> [(node, change), ...]``. This default: a netlink
+        socket per GNAB namespace on this machine; designs whose nodes live elsewhere
+        bring theirs."""
+        return [netlink.RouteSource(number, self.gnab_pid(lab, number))
+                for number in lab.shape.node_numbers()]
+
     @abc.abstractmethod
     def build_node(self, build: Build, node: int) -> None:
         """Make node ``node``: record every resource before creating it."""

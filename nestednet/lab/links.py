@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from nestednet.adapters import openflow
+from nestednet.adapters import openflow, tc
 from nestednet.lab import lock
 from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.lab.wiring import LAB_ID
@@ -62,6 +63,11 @@ class LabLinks:
     def where(self, end: topo.Endpoint) -> str:
         """The host of an iPHY's main-bridge port, as the lab record names it."""
         return "host"
+
+    def tc_for(self, netns: str | None) -> Any:
+        """What runs the tc adapter's functions for a port in ``netns`` (a value
+        `netns_of` gave): here, the adapter itself, on this machine's kernel."""
+        return tc
 
     def link_cookies(self) -> set[int]:
         """Cookies of the link flows present now (ours by their mark)."""

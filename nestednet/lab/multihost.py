@@ -9,34 +9,36 @@ their children through runc's --no-new-keyring --no-pivot (images/dind/runc-no-k
 docs/multihost.md); links as flows on one or two hosts. Nodes are wired as nested ones
 are (nestednet.lab.wiring, with the host's namespace as their host side: swarm.py).
 
-A host is reached through a `HostHandle`. Its control path goes over the network only:
-OVSDB at the host's `ovsdb` remote (tcp: or ssl:) and OpenFlow to a listener each lab
-gives its main bridge on the host's address (`ptcp:`/`pssl:`, port and datapath id
-from nestednet.model.tunnels), so the CA and `link` reach a real host as they reach an
-emulated one. The netlink part of wiring (tunnels, veths into parents, tc) and the
-state directories still need the host's namespace and files on this machine, true only
-of hosts emulated here (tests/system/emulated_hosts.py); docs/multihost.md section 5
-says what a real host needs for that part.
-Every resource is named after the lab and labelled with it, so `delete_lab` finds what
-a crashed run left.
+A host is reached through a `HostHandle`, over the network only, the same way whether
+it is a real machine or one emulated here by the tests: its Docker engine at the hosts
+file's `engine` URL, OVSDB at its `ovsdb` remote (tcp: or ssl:), OpenFlow to a listener
+each lab gives its main bridge on the host's address (`ptcp:`/`pssl:`, port and
+datapath id from nestednet.model.tunnels), and everything else through the host's
+helper (nestednet.hostd, a Swarm global service): the netlink part of wiring and
+shaping (tunnels, control bridge, veths into parents, tc) and its removal, the
+parents' state directories and their unix sockets (forwarded), the route watch.
+Every resource is named after the lab and labelled with it, and recorded (with its
+host) before it is made.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import docker.types
 
-from nestednet.adapters import netlink, openflow
+from nestednet.adapters import docker_engine, netlink, openflow
 from nestednet.adapters.ovsdb import LazyOvsdb, Ovsdb
-from nestednet.errors import EnvironmentProblem
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.hostd import client as hostd
+from nestednet.hostd import protocol
+from nestednet.hostd import service as hostd_service
 from nestednet.lab.design import labels
 from nestednet.lab.links import COOKIE_MARK, LabLinks
 from nestednet.lab.record import DIRECTORY, OVS_BRIDGE, SERVICE, VETH, LabRecord, Resource
@@ -50,8 +52,6 @@ PARENT_SERVICE_CAPS = {"cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"]}
 """All a Swarm service can carry (no --security-opt, --device, --privileged)."""
 INNER_RUNTIME_ENV = {"NESTEDNET_INNER_RUNTIME": "no-keyring"}
 SERVICE_LABEL = f"{LAB_ID}.host"
-HOST_STATE = "/nestednet"
-"""Where an emulated host sees the directory it shares with this machine."""
 
 
 LISTENER_WAIT = 5.0
@@ -61,12 +61,10 @@ applies the controller target after the OVSDB transaction that set it has commit
 
 @dataclass
 class HostHandle:
-    """One host as seen from here.
-
-    The control path (``engine``, ``ovs``, and OpenFlow sessions to ``address`` through
-    `channel`) is reached over the network. ``netns``, ``pid`` and the state directory
-    are the host's kernel and files on this machine, which only a host emulated here
-    has: the netlink part of wiring and the parents' state files use them."""
+    """One host as seen from here, every part over the network: ``engine`` (its Docker
+    engine), ``ovs`` (its OVSDB), OpenFlow sessions to ``address`` (`channel`) and its
+    helper (``helper``: netlink, tc, the parents' state directories under
+    ``state_there`` and their sockets)."""
 
     name: str
     engine: docker.DockerClient
@@ -75,13 +73,24 @@ class HostHandle:
     """The host's underlay address: its main bridges' OpenFlow listeners are there."""
     tls: Tls | None
     """This machine's side of SSL sessions (hosts file `ssl`); None: plain TCP."""
-    netns: str
-    """Its network namespace: a /proc/PID/ns/net path."""
-    pid: int
-    """A pid (in this machine's pid namespace) of its pid namespace's init."""
-    state_here: Path
+    helper: hostd.HelperClient
     state_there: str
-    """One directory shared with the host: its path here, and on the host."""
+    """The host's state directory (the parents' directories), as the host names it."""
+
+    @property
+    def netns(self) -> str:
+        """How the shaper names this host's namespace (its tc runs in the helper)."""
+        return f"{hostd.HOST_NETNS}{self.name}"
+
+    def forward(self, lab: str, node: int, name: str) -> str:
+        """A path here reaching one of node ``node``'s parent sockets on the host
+        (protocol.SOCKETS: its inner engine, its node OVSDB)."""
+        return str(self.helper.forward(lab, topo.parent_container(lab, node), name))
+
+    def close(self) -> None:
+        for part in (self.ovs, self.engine, self.helper):
+            with contextlib.suppress(Exception):
+                part.close()
 
     def listener(self, port: int) -> openflow.Listener:
         """Where a main bridge listening on ``port`` is reached (and what it is told to
@@ -140,17 +149,22 @@ def _make_main_bridge(lab: str, dp: DataPlane, host: HostHandle, datapath: str) 
     host.channel(bridge, dp.openflow_port, dp.dpid(host.name), wait=LISTENER_WAIT).close()
 
 
+def refuse_taken(host: HostHandle, names: list[str]) -> None:
+    """Nothing is recorded under a name someone else holds on ``host``."""
+    taken = [n for n, there in host.helper.call("link.exists", names=names).items() if there]
+    if taken:
+        raise EnvironmentProblem(f"{', '.join(taken)} exist(s) already on {host.name}",
+                                 hint="a crashed lab of that name: delete it first")
+
+
 def _make_tunnel(lab: str, host: HostHandle, tunnel: Tunnel, underlay_dev: str,
                  record: LabRecord | None) -> None:
-    with netlink.route(host.netns) as ipr:
-        if netlink.exists(ipr, tunnel.name):
-            raise EnvironmentProblem(f"{tunnel.name} exists already on {host.name}",
-                                     hint="a crashed lab of that name: delete it first")
-        if record is not None:
-            record.add(VETH, tunnel.name, host.name)
-        netlink.add_vxlan(ipr, tunnel.name, vni=tunnel.vni, local=tunnel.local_ip,
-                          remote=tunnel.remote_ip, port=VXLAN_PORT, underlay=underlay_dev)
-        netlink.up(ipr, tunnel.name)
+    refuse_taken(host, [tunnel.name])
+    if record is not None:
+        record.add(VETH, tunnel.name, host.name)
+    host.helper.call("link.vxlan", lab=lab, name=tunnel.name, vni=tunnel.vni,
+                     local=tunnel.local_ip, remote=tunnel.remote_ip, port=VXLAN_PORT,
+                     underlay=underlay_dev, mtu=None, master=None)
     host.ovs.add_port(topo.main_bridge(lab), tunnel.name, ofport=tunnel.ofport,
                       external_ids={LAB_ID: lab, f"{LAB_ID}.peer": tunnel.peer})
 
@@ -181,21 +195,16 @@ def make_control_net(lab: str, tunnels: list[ControlTunnel],
     ctl_bridge, ctl_netns = topo.control_bridge(lab), topo.control_netns(lab)
     for tunnel in tunnels:
         host = hosts[tunnel.host]
-        with netlink.route(host.netns) as ipr:
-            for name in (ctl_bridge, tunnel.host_device):
-                if netlink.exists(ipr, name):
-                    raise EnvironmentProblem(f"{name} exists already on {host.name}",
-                                             hint="a crashed lab of that name: delete it "
-                                                  "first")
-            if record is not None:
-                record.add(VETH, ctl_bridge, host.name)
-            netlink.add_bridge(ipr, ctl_bridge)
-            if record is not None:
-                record.add(VETH, tunnel.host_device, host.name)
-            netlink.add_vxlan(ipr, tunnel.host_device, vni=tunnel.vni, local=tunnel.host_ip,
-                              remote=tunnel.ca_ip, port=VXLAN_PORT, underlay=underlay_dev,
-                              mtu=control_mtu())
-            netlink.configure(ipr, tunnel.host_device, master=ctl_bridge)
+        refuse_taken(host, [ctl_bridge, tunnel.host_device])
+        if record is not None:
+            record.add(VETH, ctl_bridge, host.name)
+            record.add(VETH, tunnel.host_device, host.name)
+        host.helper.batch([
+            ("link.bridge", {"lab": lab, "name": ctl_bridge}),
+            ("link.vxlan", {"lab": lab, "name": tunnel.host_device, "vni": tunnel.vni,
+                            "local": tunnel.host_ip, "remote": tunnel.ca_ip,
+                            "port": VXLAN_PORT, "underlay": underlay_dev,
+                            "mtu": control_mtu(), "master": ctl_bridge})])
         with netlink.route() as here:
             if netlink.exists(here, tunnel.ca_device):
                 raise EnvironmentProblem(f"{tunnel.ca_device} exists already on this machine",
@@ -219,8 +228,8 @@ def parent_service(manager: docker.DockerClient, lab: str, node: int, host: Host
     directory and the service written to ``record`` first)."""
     name = topo.parent_container(lab, node)
     if record is not None:
-        record.add(DIRECTORY, str(host.state_here / name), host.name)
-    (host.state_here / name).mkdir(parents=True, exist_ok=False)
+        record.add(DIRECTORY, f"{host.state_there}/{name}", host.name)
+    host.helper.call("state.mkdir", lab=lab, name=name)
     if record is not None:
         record.add(SERVICE, name, host.name)
     spec_labels = labels(lab, node=topo.node_name(node), role="parent")
@@ -235,27 +244,49 @@ def parent_service(manager: docker.DockerClient, lab: str, node: int, host: Host
 
 
 def wait_parent(lab: str, node: int, host: HostHandle, timeout: float = 300) -> int:
-    """Wait for the parent's entrypoint to say ready; returns the parent's pid here."""
+    """Wait for the parent's entrypoint to say ready (its state directory on the host,
+    read by the helper); returns the parent's pid on its host (the host's engine's)."""
     name = topo.parent_container(lab, node)
-    state = host.state_here / name
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (state / "failed").exists():
-            raise EnvironmentProblem(f"parent {name} on {host.name} failed: "
-                                     f"{(state / 'failed').read_text().strip()}")
-        if (state / "ready").exists():
+        state = host.helper.call("state.parent", lab=lab, name=name)
+        if state["failed"] is not None:
+            raise EnvironmentProblem(f"parent {name} on {host.name} failed: {state['failed']}")
+        if state["ready"]:
             found = host.engine.containers.list(filters={"label": f"{LAB_ID}={lab}",
                                                          "name": name})
             if found:
-                pid_there = int(found[0].attrs["State"]["Pid"])
-                return netlink.host_pids(host.pid, [pid_there])[pid_there]
+                return int(found[0].attrs["State"]["Pid"])
         time.sleep(0.2)
     raise EnvironmentProblem(f"parent {name} on {host.name} not ready after {timeout:.0f} s")
 
 
 def inner_engine(lab: str, node: int, host: HostHandle) -> docker.DockerClient:
-    sock = host.state_here / topo.parent_container(lab, node) / "docker.sock"
+    """The parent's inner engine, through its socket forwarded by the host's helper."""
+    sock = host.forward(lab, node, "docker.sock")
     return docker.DockerClient(base_url=f"unix://{sock}", timeout=120)
+
+
+def node_ovsdb(lab: str, node: int, host: HostHandle) -> Ovsdb:
+    """The parent's own OVSDB, through its socket forwarded by the host's helper."""
+    return Ovsdb(f"unix:{host.forward(lab, node, 'ovs/db.sock')}")
+
+
+def apply_switch_calls(calls: list, node_ovs: Ovsdb, host_ovs: Ovsdb | LazyOvsdb) -> None:
+    """The OVSDB calls the helper's wiring collected (nestednet.hostd.server.Deferred), in
+    order, on the node's switch and the host's."""
+    for target, method, args, kwargs in calls:
+        if target not in ("node", "host") or method not in ("add_bridge", "add_port",
+                                                             "del_port"):
+            raise EnvironmentProblem(f"the helper asked for {target}.{method}: not a wiring "
+                                     "call")
+        getattr(node_ovs if target == "node" else host_ovs, method)(*args, **kwargs)
+
+
+def helper_pids(host: HostHandle, parent_pid: int, inner: list[int]) -> dict[int, int]:
+    """Pids in a parent's pid namespace -> pids on its host (the helper reads its /proc)."""
+    found = host.helper.call("pids", parent=parent_pid, inner=inner)
+    return {int(k): v for k, v in found.items()}
 
 
 # --- links -------------------------------------------------------------------------------
@@ -285,38 +316,6 @@ def links(lab: str, dp: DataPlane, hosts: Iterable[HostHandle]) -> set[int]:
 # --- delete and what is left -------------------------------------------------------------
 
 
-def delete_lab(lab: str, manager: docker.DockerClient,
-               hosts: Iterable[HostHandle]) -> list[str]:
-    """Remove everything of ``lab`` on every host, found by label and name: services,
-    containers (and their volumes), main bridge, tunnels and veths, state directories."""
-    removed: list[str] = []
-    for service in manager.services.list(filters={"label": f"{LAB_ID}={lab}"}):
-        service.remove()
-        removed.append(f"service {service.name}")
-    for host in hosts:
-        deadline = time.monotonic() + 60
-        while host.engine.containers.list(all=True, filters={"label": f"{LAB_ID}={lab}"}):
-            if time.monotonic() > deadline:
-                for c in host.engine.containers.list(all=True,
-                                                     filters={"label": f"{LAB_ID}={lab}"}):
-                    c.remove(v=True, force=True)
-                break
-            time.sleep(0.3)
-        host.engine.volumes.prune()
-        if host.ovs.bridge_exists(topo.main_bridge(lab)):
-            host.ovs.del_bridge(topo.main_bridge(lab))
-            removed.append(f"{host.name}: OVS bridge {topo.main_bridge(lab)}")
-        with netlink.route(host.netns) as ipr:
-            for name in _lab_interfaces(ipr, lab):
-                if netlink.delete(ipr, name):
-                    removed.append(f"{host.name}: interface {name}")
-        for state in host.state_here.glob(f"{lab}-n*"):
-            with contextlib.suppress(OSError):
-                shutil.rmtree(state)
-                removed.append(f"{host.name}: {state.name}/")
-    return removed
-
-
 def leftovers(lab: str, manager: docker.DockerClient, hosts: Iterable[HostHandle]) -> list[str]:
     """What of ``lab`` exists anywhere (empty after a clean delete)."""
     left = [f"service {s.name}" for s in
@@ -326,59 +325,50 @@ def leftovers(lab: str, manager: docker.DockerClient, hosts: Iterable[HostHandle
                  for c in _lab_containers(lab, host)]
         left += [f"{host.name}: OVS bridge {b}" for b, ids in host.ovs.bridges().items()
                  if ids.get(LAB_ID) == lab or b == topo.main_bridge(lab)]
-        with netlink.route(host.netns) as ipr:
-            left += [f"{host.name}: interface {n}" for n in _lab_interfaces(ipr, lab)]
-        left += [f"{host.name}: {p.name}/" for p in host.state_here.glob(f"{lab}-n*")]
+        left += [f"{host.name}: interface {n}"
+                 for n in host.helper.call("link.list", lab=lab)]
+        left += [f"{host.name}: {n}/" for n in host.helper.call("state.list", lab=lab)]
     return left
-
-
-def _lab_interfaces(ipr, lab: str) -> list[str]:
-    names = [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
-    return [n for n in names if n and n.startswith(f"{lab}-")]
-
 
 
 
 # --- reaching the hosts of a lab -----------------------------------------------------------
 
 
-def connect(host: Host, here: docker.DockerClient, tls: Tls | None = None) -> HostHandle:
-    """A handle on ``host``: OVSDB at its `ovsdb` remote (over the network), OpenFlow to
-    its address (``tls``: the hosts file's `ssl`). Only hosts emulated on this machine (a
-    container of this machine's engine, hosts file field `emulated`) can be driven yet:
-    wiring's netlink part needs the host's network namespace here (docs/multihost.md,
-    section 5). An emulated host without `ovsdb` is reached through the OVSDB socket it
-    shares with this machine."""
-    if host.emulated is None:
-        raise EnvironmentProblem(
-            f"host {host.name}: only hosts emulated on this machine can hold a lab's nodes "
-            "yet (hosts file field `emulated`)",
-            hint="real remote hosts need the per-host wiring agent (docs/multihost.md, "
-                 "'Not done')")
+def connect(host: Host, hosts: HostSet) -> HostHandle:
+    """A handle on ``host``, every part over the network: its engine at the hosts file's
+    `engine` URL, OVSDB at its `ovsdb` remote, OpenFlow to its address and its helper
+    (nestednet.hostd, `nestednet hosts prepare`), TLS for both with the file's `ssl`.
+    The helper is asked `hello` here, so an absent one fails at once, named."""
+    missing = [key for key in ("engine", "ovsdb") if getattr(host, key) is None]
+    if missing:
+        raise UsageError(f"host {host.name}: the hosts file gives no "
+                         f"{' and no '.join(f'`{m}`' for m in missing)}",
+                         hint="e.g. \"engine\": \"ssh://root@ADDRESS\", \"ovsdb\": "
+                              "\"ssl:ADDRESS:6641\" (docs/multihost.md, section 3)")
+    helper = hostd.HelperClient(host.name, host.address, hostd_service.port_of(hosts),
+                                hosts.ssl)
     try:
-        container = here.containers.get(host.emulated)
-    except docker.errors.NotFound:
-        raise EnvironmentProblem(f"host {host.name}: no container {host.emulated} on this "
-                                 "machine", hint="start the emulated hosts first") from None
-    pid = int(container.attrs["State"].get("Pid") or 0)
-    shared = [m["Source"] for m in container.attrs.get("Mounts", [])
-              if m.get("Destination") == HOST_STATE]
-    if not pid or not shared:
-        raise EnvironmentProblem(f"host {host.name}: container {host.emulated} is not running "
-                                 f"or has no {HOST_STATE} directory shared with this machine")
-    state = Path(shared[0])
-    return HostHandle(
-        host.name, docker.DockerClient(base_url=f"unix://{state}/docker.sock", timeout=300),
-        LazyOvsdb(host.ovsdb or f"unix:{state}/ovs/db.sock", tls), host.address, tls,
-        f"/proc/{pid}/ns/net", pid, state, HOST_STATE)
+        hello = helper.call("hello")
+    except EnvironmentProblem:
+        helper.close()
+        raise
+    if hello.get("version") != protocol.VERSION:
+        helper.close()
+        raise EnvironmentProblem(f"host {host.name}: its helper speaks protocol "
+                                 f"{hello.get('version')}, this machine {protocol.VERSION}",
+                                 hint="`nestednet hosts prepare --hosts FILE` with this "
+                                      "machine's helper image")
+    return HostHandle(host.name, docker_engine.client_for(host.engine, timeout=300),
+                      LazyOvsdb(host.ovsdb, hosts.ssl), host.address, hosts.ssl, helper,
+                      str(hello["state_dir"]))
 
 
-def connect_all(hosts: HostSet, names: Iterable[str], here: docker.DockerClient
-                ) -> dict[str, HostHandle]:
+def connect_all(hosts: HostSet, names: Iterable[str]) -> dict[str, HostHandle]:
     handles: dict[str, HostHandle] = {}
     try:
         for name in names:
-            handles[name] = connect(hosts.named(name), here, hosts.ssl)
+            handles[name] = connect(hosts.named(name), hosts)
     except BaseException:
         close_all(handles.values())
         raise
@@ -387,10 +377,7 @@ def connect_all(hosts: HostSet, names: Iterable[str], here: docker.DockerClient
 
 def close_all(handles: Iterable[HostHandle]) -> None:
     for handle in handles:
-        with contextlib.suppress(Exception):
-            handle.ovs.close()
-        with contextlib.suppress(Exception):
-            handle.engine.close()
+        handle.close()
 
 
 def swarm_manager(handles: Mapping[str, HostHandle]) -> docker.DockerClient:
@@ -424,6 +411,13 @@ class HostLinks(LabLinks):
 
     def netns_of(self, end: topo.Endpoint) -> str | None:
         return self._hosts()[self.dp.host_of(end)].netns
+
+    def tc_for(self, netns: str | None) -> Any:
+        """A shaped port's tc runs in its host's helper (``netns`` names the host)."""
+        if netns is None or not netns.startswith(hostd.HOST_NETNS):
+            raise EnvironmentProblem(f"a shaped port of lab {self.lab} names namespace "
+                                     f"{netns!r}, not a host of the lab")
+        return hostd.RemoteTc(self._hosts()[netns[len(hostd.HOST_NETNS):]].helper)
 
     def where(self, end: topo.Endpoint) -> str:
         return self.dp.host_of(end)
@@ -492,7 +486,7 @@ class HostLinks(LabLinks):
 
 
 def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
-                    here: docker.DockerClient, dry_run: bool = False) -> list[str]:
+                    dry_run: bool = False) -> list[str]:
     """Remove the recorded resources of ``lab`` that live on other hosts: services first
     (Swarm stops their containers), then per host its containers' volumes, bridges,
     interfaces and state directories. Only what carries the lab's label or name."""
@@ -504,7 +498,7 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
     reachable = {}
     for name in names:
         try:
-            reachable[name] = connect(hosts.named(name), here, hosts.ssl)
+            reachable[name] = connect(hosts.named(name), hosts)
         except EnvironmentProblem as exc:
             removed.append(f"{name}: not reachable, nothing removed there ({exc})")
     try:
@@ -538,19 +532,22 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
                     if not dry_run:
                         host.ovs.del_bridge(r.name)
                     removed.append(f"{name}: OVS bridge {r.name}")
-            with netlink.route(host.netns) as ipr:
-                for r in (r for r in mine if r.kind == VETH and r.name.startswith(f"{lab}-")):
-                    gone = (netlink.exists(ipr, r.name) if dry_run
-                            else netlink.delete(ipr, r.name))
-                    if gone:
-                        removed.append(f"{name}: interface {r.name}")
-            for r in (r for r in mine if r.kind == DIRECTORY):
-                path = Path(r.name)
-                if path.parent == host.state_here and path.name.startswith(f"{lab}-n") \
-                        and path.exists():
-                    if not dry_run:
-                        shutil.rmtree(path, ignore_errors=True)
-                    removed.append(f"{name}: directory {path.name}/")
+            interfaces = sorted({r.name for r in mine
+                                 if r.kind == VETH and r.name.startswith(f"{lab}-")})
+            if interfaces:
+                gone = ([n for n, there in host.helper.call("link.exists", names=interfaces)
+                         .items() if there] if dry_run
+                        else host.helper.call("link.delete", lab=lab, names=interfaces))
+                removed += [f"{name}: interface {n}" for n in sorted(gone)]
+            prefix = f"{host.state_there}/"
+            directories = sorted({r.name[len(prefix):] for r in mine if r.kind == DIRECTORY
+                                  and r.name.startswith(prefix)
+                                  and protocol.PARENT_DIR.match(r.name[len(prefix):])})
+            if directories:
+                there = set(host.helper.call("state.list", lab=lab))
+                gone = ([d for d in directories if d in there] if dry_run
+                        else host.helper.call("state.remove", lab=lab, names=directories))
+                removed += [f"{name}: directory {d}/" for d in gone]
     finally:
         close_all(reachable.values())
     return removed

@@ -9,14 +9,12 @@ routes to node addresses count.
 
 from __future__ import annotations
 
-import contextlib
 import select
 import threading
 import time
 from collections.abc import Callable
 from ipaddress import IPv4Network
 
-from nestednet.adapters import netlink
 from nestednet.lab import designs
 from nestednet.lab.nodes import Lab
 from nestednet.model.addressing import plan_from_dict
@@ -26,8 +24,8 @@ OnChange = Callable[[int, dict, float], None]
 
 
 def gnab_pids(lab: Lab) -> dict[int, int]:
-    """Node number -> pid here of its GNAB (its network namespace is the node's view),
-    found the lab's design's way (on this machine, or through the node's host)."""
+    """Node number -> pid of its GNAB (its network namespace is the node's view), found
+    the lab's design's way: here, or on the node's host (multi-host labs)."""
     design = designs.of(lab.meta)
     try:
         design.before_use(lab)
@@ -43,40 +41,51 @@ class RouteWatch:
         self.lab = lab
         self.on_change = on_change
         self.node_net = IPv4Network(plan_from_dict(lab.shape, lab.meta["plan"]).node)
-        self._sockets: dict = {}
+        self._sources: list = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> RouteWatch:
-        for number, pid in gnab_pids(self.lab).items():
-            sock = netlink.route_monitor(netlink.netns_path(pid))
-            self._sockets[sock] = number
+        design = designs.of(self.lab.meta)
+        try:
+            design.before_use(self.lab)
+            self._sources = design.route_sources(self.lab)
+        except BaseException:
+            design.close()
+            raise
+        # Remote sources live on the design's connections: closed in `stop`.
+        self._design = design
         self._thread = threading.Thread(target=self._read, name="nestednet-routes",
                                         daemon=True)
         self._thread.start()
         return self
 
     def _read(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select(list(self._sockets), [], [], 0.2)
-            for sock in ready:
+        sources = list(self._sources)
+        while not self._stop.is_set() and sources:
+            ready, _, _ = select.select(sources, [], [], 0.2)
+            for source in ready:
                 try:
-                    data = sock.recv(65536)
-                except OSError:
+                    changes = source.read()
+                except (OSError, ValueError):
+                    sources.remove(source)  # its host's helper went away
                     continue
                 now = time.time()
-                for change in netlink.route_changes(data):
+                for node, change in changes:
                     if IPv4Network(change["dst"], strict=False).subnet_of(self.node_net):
-                        self.on_change(self._sockets[sock], change, now)
+                        self.on_change(node, change, now)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2)
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-        self._sockets.clear()
+        for source in self._sources:
+            source.close()
+        self._sources = []
+        design = getattr(self, "_design", None)
+        if design is not None:
+            design.close()
+            self._design = None
 
     def __enter__(self) -> RouteWatch:
         return self.start()

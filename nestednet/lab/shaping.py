@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,8 +88,12 @@ class LabShaper:
     """Installs, changes and removes the shaping trees of one lab's iPHY ports."""
 
     def __init__(self, record: LabRecord, policy: ShapingPolicy,
-                 offloads_off: bool = True) -> None:
+                 offloads_off: bool = True,
+                 tc_for: Callable[[str | None], Any] | None = None) -> None:
         self.record = record
+        self.tc_for = tc_for or (lambda _netns: tc)
+        """Who runs tc for a port's namespace: this machine's adapter, or (multi-host
+        labs, `LabLinks.tc_for`) the port's host's helper."""
         self.policy = policy
         self.offloads_off = offloads_off
         """Turn the shaped ports' TSO/GSO/GRO off (one host). Multi-host labs keep them:
@@ -134,18 +138,20 @@ class LabShaper:
                     self.record.add(TC_ROOT, d.port, d.where)
                     self._recorded.add(d.port)
             for space, ports in _by_netns(list(netns), netns.get).items():
+                kernel = self.tc_for(space)
                 if self.offloads_off:
-                    tc.disable_offloads(space, [p for p in ports if p not in self._offloads_off])
+                    kernel.disable_offloads(space,
+                                            [p for p in ports if p not in self._offloads_off])
                     self._offloads_off.update(ports)
                 ops = [op for d in directions if d.port in ports
                        for op in tcplan.port_tree_ops(d.port, d.name,
                                                       self.policy.shape(d.properties),
                                                       SHAPER, netem=self.policy.netem)]
                 if any(p in self._state for p in ports):
-                    tc.check_ports(space, ports, ours=list(self._recorded), owner="nestednet")
-                    indexes = tc.apply(ops, space, ports)
+                    kernel.check_ports(space, ports, list(self._recorded), "nestednet")
+                    indexes = kernel.apply(ops, space, ports)
                 else:
-                    indexes = tc.build(ops, space, ports, list(self._recorded), "nestednet")
+                    indexes = kernel.build(ops, space, ports, list(self._recorded), "nestednet")
                 # Kept from link up, so a step's in-place changes need no lookups.
                 self._index.update(indexes)
             for d in directions:
@@ -190,28 +196,32 @@ class LabShaper:
             mine = [op for op in ops if op.port in ports]
             missing = sorted(set(ports) - set(self._index))
             if missing:
-                self._index.update(tc.port_indexes(space, missing))
+                self._index.update(self.tc_for(space).port_indexes(space, missing))
             try:
-                tc.change_batch(mine, space, self._index)
+                self.tc_for(space).change_batch(mine, space, self._index)
             except EnvironmentProblem:
                 self._index.clear()
-                tc.change(mine, space)
+                self.tc_for(space).change(mine, space)
 
     def down(self, ports: Sequence[str]) -> list[str]:
         """Remove the trees on ``ports`` (after the link's flows are gone)."""
         with self._lock:
             ours = [p for p in ports if p in self._state or p in self._recorded]
             cleared = [port for space, group in _by_netns(ours, self.netns).items()
-                       for port in tc.remove_trees(space, group)]
+                       for port in self.tc_for(space).remove_trees(space, group)]
             for port in ports:
                 self._state.pop(port, None)
             self._save()
         return cleared
 
-    def read(self, ports: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """What the kernel holds on ``ports``, as the properties it implies."""
-        found = {port: state for space, group in _by_netns(ports, self.netns).items()
-                 for port, state in tc.read(space, group).items()}
+    def read(self, ports: Sequence[str], netns: Mapping[str, str | None] | None = None
+             ) -> dict[str, dict[str, Any]]:
+        """What the kernel holds on ``ports``, as the properties it implies; ``netns``
+        says where a port without a tree of ours is (default: this machine)."""
+        where = {p: self.netns(p) if p in self._state or not netns else netns.get(p)
+                 for p in ports}
+        found = {port: state for space, group in _by_netns(ports, where.get).items()
+                 for port, state in self.tc_for(space).read(space, group).items()}
         return {port: kernel_properties(port_state) for port, port_state in found.items()}
 
     def _entry(self, d: Direction) -> dict[str, Any]:
@@ -255,7 +265,8 @@ def lab_shaper(record: LabRecord, mode: str, keep_order: bool = False,
     the lab's shaped ports keep their offloads."""
     return LabShaper(record, ShapingPolicy.choose(mode, netem_available(),
                                                   keep_order=keep_order),
-                     offloads_off=links is None or links.shaping_offloads_off)
+                     offloads_off=links is None or links.shaping_offloads_off,
+                     tc_for=None if links is None else links.tc_for)
 
 
 def add_link(links: LabLinks, shaper: LabShaper, a: topo.Endpoint, b: topo.Endpoint,
@@ -317,8 +328,9 @@ def list_links(links: LabLinks, shaper: LabShaper) -> list[dict[str, Any]]:
     """Each link with, per direction, the configured properties and what the kernel holds."""
     rows = []
     present = links.links()
-    ports = [iphy_port(links.lab, end) for link in present for end in link]
-    kernel = shaper.read(ports) if ports else {}
+    ends = {iphy_port(links.lab, end): end for link in present for end in link}
+    kernel = shaper.read(list(ends), {p: links.netns_of(e) for p, e in ends.items()}) \
+        if ends else {}
     for link in present:
         row = links.describe(link)
         row["directions"] = []

@@ -23,7 +23,9 @@ is, with the nested design's sidecars; `--routing` starts the strategy's daemons
 wiring (nested.start_routing), and `run` watches each GNAB's routes in its namespace
 on its host (`gnab_pid`, nestednet.lab.route_watch).
 
-Partial (docs/multihost.md): only hosts emulated on this machine can be driven.
+Every host is reached over the network (multihost.HostHandle): its engine, its OVSDB,
+OpenFlow, and its helper (nestednet.hostd), which does the netlink part of wiring on the
+host by the nested design's own wiring code and forwards the parents' sockets.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ import docker
 import docker.errors
 
 from nestednet import images
-from nestednet.adapters import docker_engine, netlink
-from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.adapters import docker_engine
 from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.hostd import client as hostd
 from nestednet.lab import multihost as mh
 from nestednet.lab.design import (
     Build,
@@ -58,9 +60,9 @@ from nestednet.lab.nested import (
     start_children,
     start_routing,
 )
-from nestednet.lab.nodes import Lab, cgroup_memory
-from nestednet.lab.record import LabRecord
-from nestednet.lab.wiring import LAB_ID, NodeHandles, unwire_component, wire_component, wire_node
+from nestednet.lab.nodes import Lab
+from nestednet.lab.record import VETH, LabRecord
+from nestednet.lab.wiring import LAB_ID, recorded_names
 from nestednet.model import placement as pl
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -133,8 +135,7 @@ class SwarmDesign(NodeDesign):
         assert request.hosts is not None
         placement = placement_of(request, build.shape)
         self.dp = DataPlane.of(request.lab, build.plan, request.hosts, placement)
-        self.hosts = mh.connect_all(request.hosts, sorted(set(placement.values())),
-                                    build.client)
+        self.hosts = mh.connect_all(request.hosts, sorted(set(placement.values())))
         self.manager = mh.swarm_manager(self.hosts)
         for name, host in self.hosts.items():
             if not docker_engine.image_exists(host.engine, images.DIND_IMAGE):
@@ -188,12 +189,22 @@ class SwarmDesign(NodeDesign):
 
     def _wire(self, build: Build, host: mh.HostHandle, node: int, parent_pid: int,
               children: dict[int, int]) -> None:
-        """As a nested node is wired, with the node's host as its host side."""
+        """As a nested node is wired (nestednet.lab.wiring.wire_node, run by the host's
+        helper), with the node's host as its host side: every interface name recorded
+        here first; then the switch calls it collected, on the node's OVSDB (forwarded)
+        and the host's."""
         lab = build.request.lab
-        state = host.state_here / topo.parent_container(lab, node)
-        with Ovsdb(f"unix:{state}/ovs/db.sock") as node_ovs:
-            wire_node(_handles(build.record, node, parent_pid, node_ovs, host, build.plan),
-                      build.datapath, children)
+        names = recorded_names(lab, node, sorted(children))
+        mh.refuse_taken(host, names)
+        for name in names:
+            build.record.add(VETH, name, host.name)
+        done = host.helper.call("wire.node", children={str(i): pid for i, pid in
+                                                       children.items()},
+                                datapath=build.datapath,
+                                **_wiring_args(lab, node, parent_pid, host, build.shape,
+                                               build.plan, names))
+        with mh.node_ovsdb(lab, node, host) as node_ovs:
+            mh.apply_switch_calls(done["ovs"], node_ovs, host.ovs)
 
     def close(self) -> None:
         # The archive stays (one per image id): the next create loads it without a save.
@@ -207,8 +218,7 @@ class SwarmDesign(NodeDesign):
         if not self.hosts:
             self.dp = data_plane(meta)
             self.hosts = mh.connect_all(pl.hosts_from_doc(meta["hosts"]),
-                                        sorted(set(self.dp.placement.values())),
-                                        docker_engine.connect())
+                                        sorted(set(self.dp.placement.values())))
         return self.hosts
 
     def _host(self, lab: Lab, number: int) -> mh.HostHandle:
@@ -224,8 +234,7 @@ class SwarmDesign(NodeDesign):
             return entry
         entry["state"] = parent.status
         pid_there = int(parent.attrs["State"].get("Pid") or 0)
-        memory = (cgroup_memory(netlink.host_pids(host.pid, [pid_there])[pid_there])
-                  if pid_there else None)
+        memory = host.helper.call("memory", pid=pid_there) if pid_there else None
         entry["memory_mb"] = round(memory["used"] / MB, 1) if memory else None
         states = {}
         if parent.status == "running":
@@ -290,15 +299,16 @@ class SwarmDesign(NodeDesign):
                                              restart=restart)
         if inner_pid is None:
             return result
-        pid_there = int(parent.attrs["State"]["Pid"])
-        parent_pid = netlink.host_pids(host.pid, [pid_there])[pid_there]
+        parent_pid = int(parent.attrs["State"]["Pid"])
         plan = plan_from_dict(lab.shape, lab.meta["plan"])
-        state = host.state_here / topo.parent_container(lab.record.lab, number)
-        with Ovsdb(f"unix:{state}/ovs/db.sock") as node_ovs:
-            handles = _handles(lab.record, number, parent_pid, node_ovs, host, plan)
-            unwire_component(handles, index)
-            pid = netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
-            wire_component(handles, index, pid)
+        names = recorded_names(lab.record.lab, number, [index])
+        for name in names:
+            lab.record.add(VETH, name, host.name)
+        done = host.helper.call("wire.component", component=index, inner_pid=inner_pid,
+                                **_wiring_args(lab.record.lab, number, parent_pid, host,
+                                               lab.shape, plan, names))
+        with mh.node_ovsdb(lab.record.lab, number, host) as node_ovs:
+            mh.apply_switch_calls(done["ovs"], node_ovs, host.ovs)
         inner = mh.inner_engine(lab.record.lab, number, host)
         try:
             start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
@@ -308,13 +318,22 @@ class SwarmDesign(NodeDesign):
         return result
 
     def gnab_pid(self, lab: Lab, number: int) -> int:
-        """Through the node's host: its parent's pid there, the GNAB's in the parent."""
+        """The GNAB's pid *on its node's host* (the helper maps it from the parent's pid
+        namespace): what the host's helper names namespaces by."""
         with self._child(lab, topo.node_name(number), topo.component_name(0)) as (
                 host, parent, _inner, child):
-            pid_there = int(parent.attrs["State"]["Pid"])
-            parent_pid = netlink.host_pids(host.pid, [pid_there])[pid_there]
+            parent_pid = int(parent.attrs["State"]["Pid"])
             inner_pid = int(child.attrs["State"]["Pid"])
-        return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+            return mh.helper_pids(host, parent_pid, [inner_pid])[inner_pid]
+
+    def route_sources(self, lab: Lab) -> list:
+        """One stream per host from its helper, which watches its nodes' GNABs."""
+        by_host: dict[str, dict[int, int]] = {}
+        for number in lab.shape.node_numbers():
+            by_host.setdefault(self._host(lab, number).name, {})[number] = \
+                self.gnab_pid(lab, number)
+        return [hostd.RouteStream(self.hosts[name].helper, pids)
+                for name, pids in sorted(by_host.items())]
 
     def links(self, record: LabRecord) -> mh.HostLinks:
         meta = record.meta()
@@ -328,18 +347,19 @@ class SwarmDesign(NodeDesign):
         if "hosts" not in meta:
             return []
         return mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
-                                  record.resources(), docker_engine.connect(), dry_run)
+                                  record.resources(), dry_run)
 
 
-def _handles(record: LabRecord, node: int, parent_pid: int, node_ovs: Ovsdb,
-             host: mh.HostHandle, plan: AddressPlan) -> NodeHandles:
-    """Wiring's view of a swarm node: its host's namespace and OVS are its host side,
-    its GNAB's control end stays on the host's control bridge, MTUs leave room for the
-    tunnels."""
-    return NodeHandles(record.lab, node, parent_pid, node_ovs, host.ovs, plan, record,
-                       OFFLOADS, host_netns=host.netns, where=host.name,
-                       control_on_host=True, inter_mtu=inner_mtu(),
-                       control_mtu=control_mtu())
+def _wiring_args(lab: str, node: int, parent_pid: int, host: mh.HostHandle,
+                 shape: topo.Shape, plan: AddressPlan, recorded: list[str]) -> dict:
+    """Wiring's view of a swarm node, for the helper (nestednet.lab.wiring.NodeHandles
+    there): its host's namespace and OVS are its host side, its GNAB's control end stays
+    on the host's control bridge, MTUs leave room for the tunnels; ``recorded``: the
+    names already in the lab record."""
+    return {"lab": lab, "node": node, "parent_pid": parent_pid,
+            "shape": [shape.nodes, shape.iphys], "plan": plan.as_dict(),
+            "offloads": {"main": OFFLOADS.main, "nodes": OFFLOADS.nodes}, "where": host.name,
+            "inter_mtu": inner_mtu(), "control_mtu": control_mtu(), "recorded": recorded}
 
 
 def _parent(host: mh.HostHandle, lab: str, name: str):

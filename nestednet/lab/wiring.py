@@ -25,16 +25,19 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyroute2 import NetlinkError
 
 from nestednet.adapters import netlink, packet_sockets
-from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.datapath import PORT_RCVBUF_BYTES, VethOffloads
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.record import VETH, LabRecord
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan
+
+if TYPE_CHECKING:  # not imported: the per-host helper wires without python-ovs
+    from nestednet.adapters.ovsdb import Ovsdb
 
 LAB_ID = "org.nestednet.lab"
 
@@ -46,9 +49,11 @@ class NodeHandles:
     The node's *host side* (where its veth pairs are made, its iPHYs' main-bridge ports
     live and its GNAB's control end joins a control bridge) is this machine's own
     namespace for one-host labs; for a node on another host of a multi-host lab it is
-    that host's namespace (``host_netns``), ``host_ovs`` is that host's OVS and the
-    record names the host (``where``). Pids are this machine's: a host emulated here
-    shares our kernel, so a namespace is reached through /proc.
+    wired by that host's helper (nestednet.hostd), in whose namespace the host side is
+    (``host_netns`` None there), ``host_ovs`` and ``node_ovs`` collect the OVSDB calls the
+    client then applies, and the record names the host (``where``). Pids are those of
+    the process doing the wiring: this machine's, or the host's as the helper reads them
+    (nestednet.adapters.netlink.set_proc_root).
     """
 
     lab: str
@@ -129,6 +134,18 @@ def add_veth(host: netlink.IPRoute, record: LabRecord, name: str, peer: str, *,
     record.add(VETH, name, where)
     netlink.add_veth(host, name, peer, offloads=offloads, netns=netns, a_in=name_in,
                      b_in=peer_in)
+
+
+def recorded_names(lab: str, node: int, components: list[int]) -> list[str]:
+    """The interface names `wire_component` records for ``components`` of ``node``: what
+    a caller that wires through another process (the per-host helper, nestednet.hostd)
+    writes to the lab record before asking it to wire."""
+    names = []
+    for index in components:
+        names.append(topo.veth_name(lab, node, "intra-parent", index))
+        names.append(topo.veth_name(lab, node, "control-host" if index == 0 else "inter-host",
+                                    index))
+    return names
 
 
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:

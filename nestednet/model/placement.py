@@ -38,8 +38,8 @@ class Host:
     """At most this many nodes; None: no limit."""
     emulated: str | None = None
     """A host emulated on this machine: the name of its container in this machine's
-    engine (its network namespace, sockets and state directory are reached through it).
-    None: a real machine, which `create --hosts` cannot drive yet (docs/multihost.md)."""
+    engine. Only the test harness reads it (to find and prepare its containers); labs
+    reach every host the same way, through its helper (nestednet.hostd)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,13 @@ class HostSet:
     from the lab name (nestednet.model.tunnels.openflow_port)."""
     ssl: Tls | None = None
     """Given: OpenFlow sessions with the hosts are SSL (their bridges listen with
-    `pssl:`), and so must be their `ovsdb` remotes (`ssl:`)."""
+    `pssl:`), and so must be their `ovsdb` remotes (`ssl:`), and the per-host helper
+    takes only TLS clients with a certificate of the same PKI."""
+    hostd_port: int | None = None
+    """Where every host's helper listens (nestednet.hostd); None: its default."""
+    state_dir: str | None = None
+    """The directory on every host holding the parents' state directories and the
+    helper's PKI files; None: the helper's default."""
 
     def names(self) -> list[str]:
         return [h.name for h in self.hosts]
@@ -110,7 +116,7 @@ def hosts_from_doc(doc: Any, source: str = "hosts file") -> HostSet:
                               h.get("capacity"), h.get("emulated")) for h in doc["hosts"]),
                    doc.get("vni"), doc.get("openflow_port"),
                    Tls(ssl["private_key"], ssl["certificate"], ssl["ca_cert"])
-                   if ssl is not None else None)
+                   if ssl is not None else None, doc.get("hostd_port"), doc.get("state_dir"))
 
 
 def load_hosts(path: Path) -> HostSet:
@@ -194,4 +200,6 @@ def hosts_doc(hosts: HostSet) -> dict[str, Any]:
     return {"hosts": items, **({"vni": hosts.vni} if hosts.vni is not None else {}),
             **({"openflow_port": hosts.openflow_port}
                if hosts.openflow_port is not None else {}),
-            **({"ssl": vars(hosts.ssl)} if hosts.ssl is not None else {})}
+            **({"ssl": vars(hosts.ssl)} if hosts.ssl is not None else {}),
+            **({"hostd_port": hosts.hostd_port} if hosts.hostd_port is not None else {}),
+            **({"state_dir": hosts.state_dir} if hosts.state_dir is not None else {})}

@@ -6,29 +6,38 @@ Each emulated host runs from the node-parent image (its entrypoint starts docker
 userspace OVS and publishes their sockets in a state directory bind-mounted from here),
 with the capability set node parents get on one host (nestednet.capabilities.nodes).
 
-Each is then prepared as a real host would be for a lab's control path over the network
-(`prepare_control`, docs/multihost.md "Preparing a host"): a key and certificate from a
-test PKI (ovs-pki) in its SSL table, and OVSDB listening on its underlay address, plain
-(`ptcp:6640`) and SSL (`pssl:6641`). `control` says how this machine reaches them.
+Each is then prepared as a real host would be (docs/multihost.md "Preparing a host"):
+a key and certificate from a test PKI (ovs-pki) in its SSL table, OVSDB listening on its
+underlay address, plain (`ptcp:6640`) and SSL (`pssl:6641`), and the helper image loaded
+beside the parent image; then `nestednet hosts prepare`'s service starts the per-host
+helper on both, plain and TLS (`prepare_helpers`). `control` says how this machine
+reaches them; `hostset` and `ssl_hostset` are the hosts files a user would write. Labs
+reach these hosts only over the network, as real ones: `local` (their namespaces, pids
+and state directories here) is for the tests' own independent checks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import docker
 import docker.errors
 
 from nestednet import images
-from nestednet.adapters import docker_engine
-from nestednet.adapters.ovsdb import Ovsdb
+from nestednet.adapters import docker_engine, netlink
 from nestednet.capabilities.nodes import PARENT_CAPSET_OPTIONS
+from nestednet.hostd import service
+from nestednet.lab import multihost as mh
 from nestednet.lab.multihost import HostHandle
+from nestednet.model import placement as pl
 from nestednet.model.placement import Host, HostSet, Tls
 
 LABEL = "org.nestednet.emulated-host"
@@ -67,24 +76,57 @@ class Control:
 
 
 @dataclass
+class Local:
+    """An emulated host as this machine sees it: for the tests' own checks only."""
+
+    netns: str
+    pid: int
+    """Its container's init, in this machine's pid namespace."""
+    state: Path
+    """Its state directory (/nestednet there)."""
+
+
+CLI = str(Path(sys.executable).parent / "nestednet")
+STATE_DIR = "/nestednet"
+"""The emulated hosts' state directory (hosts file `state_dir`)."""
+
+
+@dataclass
 class EmulatedHosts:
     prefix: str
     root: Path
     client: docker.DockerClient
     names: list[str]
     handles: dict[str, HostHandle]
+    """Handles as a lab opens them (`multihost.connect`, over the network and the
+    plain helper)."""
     hostset: HostSet
+    """The hosts file with plain TCP: engines, OVSDB on tcp:, the plain helper."""
+    ssl_hostset: HostSet
+    """The same with `ssl`: OVSDB on ssl:, the TLS helper."""
     manager: docker.DockerClient
     timings: dict[str, float]
     control: Control
+    local: dict[str, Local]
+
+    def pid_here(self, host: str, pid_there: int) -> int:
+        """A pid of ``host``'s pid namespace as this machine numbers it."""
+        return netlink.host_pids(self.local[host].pid, [pid_there])[pid_there]
 
     def close(self) -> None:
-        for h in self.handles.values():
-            with contextlib.suppress(Exception):
-                h.ovs.close()
-            with contextlib.suppress(Exception):
-                h.engine.close()
+        """`nestednet hosts unprepare --all` (the user's command), then the hosts go; a
+        helper service left behind by the command fails the close, after the removal."""
+        mh.close_all(self.handles.values())
+        done = subprocess.run([CLI, "hosts", "unprepare", "--all", "--hosts",
+                               str(self.root / "hosts.json")], capture_output=True, text=True)
+        left = []
+        with contextlib.suppress(Exception):
+            left = [s.name for s in self.manager.services.list(
+                filters={"label": service.LABEL})]
+            service.remove(self.manager)
         remove(self.client, self.prefix, self.root)
+        if done.returncode != 0 or left:
+            raise RuntimeError(f"hosts unprepare left {left}: {done.stdout} {done.stderr}")
 
 
 def remove(client: docker.DockerClient, prefix: str, root: Path) -> None:
@@ -148,7 +190,10 @@ def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> 
                                  listen_addr=f"{addresses[names.index(name)]}:2377")
     timings["swarm_s"] = time.monotonic() - t0
     t0 = time.monotonic()
-    archive = images.image_archive(client, images.DIND_IMAGE, kind="emulated-host")
+    # One archive of both images: the helper's shares every layer of the parent's.
+    archive = root / "images.tar"
+    subprocess.run(["docker", "save", "-o", str(archive), images.DIND_IMAGE,
+                    images.HOSTD_IMAGE], check=True, capture_output=True)
     try:
         for name in names:
             with open(archive, "rb") as tar:
@@ -159,15 +204,32 @@ def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> 
     t0 = time.monotonic()
     control = prepare_control(client, root, dict(zip(names, addresses, strict=True)))
     timings["control_s"] = time.monotonic() - t0
-    handles = {}
-    for name, address in zip(names, addresses, strict=True):
+    for engine in engines.values():
+        engine.close()
+    local = {}
+    for name in names:
         pid = int(client.containers.get(name).attrs["State"]["Pid"])
-        handles[name] = HostHandle(name, engines[name], Ovsdb(f"unix:{root / name}/ovs/db.sock"),
-                                   address, None, f"/proc/{pid}/ns/net", pid, root / name,
-                                   "/nestednet")
-    hostset = HostSet(tuple(Host(n, a) for n, a in zip(names, addresses, strict=True)))
-    return EmulatedHosts(prefix, root, client, names, handles, hostset, manager, timings,
-                         control)
+        local[name] = Local(f"/proc/{pid}/ns/net", pid, root / name)
+    hostset = HostSet(tuple(Host(n, a, engine=f"unix://{root / n}/docker.sock",
+                                 ovsdb=control.ovsdb(a, secure=False), emulated=n)
+                            for n, a in zip(names, addresses, strict=True)),
+                      state_dir=STATE_DIR)
+    ssl_hostset = replace(hostset, ssl=control.tls, hosts=tuple(
+        replace(h, ovsdb=control.ovsdb(h.address, secure=True)) for h in hostset.hosts))
+    t0 = time.monotonic()
+    manager = mh.swarm_manager({n: SimpleNamespace(engine=docker.DockerClient(
+        base_url=h.engine, timeout=300)) for n, h in zip(names, hostset.hosts, strict=True)})
+    for each, file in ((hostset, "hosts.json"), (ssl_hostset, "hosts-ssl.json")):
+        # The user's command, as on real hosts.
+        (root / file).write_text(json.dumps(pl.hosts_doc(each)))
+        done = subprocess.run([CLI, "hosts", "prepare", "--hosts", str(root / file)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"hosts prepare ({file}): {done.stderr}")
+    timings["helpers_s"] = time.monotonic() - t0
+    handles = mh.connect_all(hostset, names)
+    return EmulatedHosts(prefix, root, client, names, handles, hostset, ssl_hostset, manager,
+                         timings, control, local)
 
 
 def prepare_control(client: docker.DockerClient, root: Path,

@@ -117,6 +117,7 @@ def parent_view(hosts: emulated_hosts.EmulatedHosts) -> dict:
     """What a task started as node parents are (nestednet.lab.multihost.parent_service)
     can reach on its host."""
     name, handle = hosts.names[0], hosts.handles[hosts.names[0]]
+    local = hosts.local[name]
     service = hosts.manager.services.create(
         images.DIND_IMAGE, command=["sleep", "3600"], name="nnprobe-parent",
         constraints=[f"node.hostname=={name}"], cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
@@ -135,10 +136,10 @@ def parent_view(hosts: emulated_hosts.EmulatedHosts) -> dict:
             raise RuntimeError("the parent-like task did not run")
         done = found[0].exec_run(["sh", "-c", f"PYTHONPATH=/opt/probe python3 -c '{LOOK}'"])
         seen = json.loads(done.output.decode().strip().splitlines()[-1])
-        with netlink.route(handle.netns) as ipr:
+        with netlink.route(local.netns) as ipr:
             host_links = sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
         return {"links": seen["links"], "pids_visible": seen["pids"],
-                "own_netns_is_hosts": seen["netns_inode"] == Path(handle.netns).stat().st_ino,
+                "own_netns_is_hosts": seen["netns_inode"] == Path(local.netns).stat().st_ino,
                 "host_links": host_links}
     finally:
         service.remove()
@@ -147,10 +148,11 @@ def parent_view(hosts: emulated_hosts.EmulatedHosts) -> dict:
 def control_path(hosts: emulated_hosts.EmulatedHosts, repeats: int = 30) -> dict:
     """OVSDB and OpenFlow to h0 over its unix sockets, TCP and SSL (section 4d)."""
     handle = hosts.handles[hosts.names[0]]
+    local = hosts.local[hosts.names[0]]
     address, tls = handle.address, hosts.control.tls
     bridge, dpid = "nnprobe-br", 0x4E4E00000000BEEF
     out: dict = {}
-    remotes = {"unix": f"unix:{handle.state_here}/ovs/db.sock",
+    remotes = {"unix": f"unix:{local.state}/ovs/db.sock",
                "tcp": hosts.control.ovsdb(address, False),
                "ssl": hosts.control.ovsdb(address, True)}
     for kind, remote in remotes.items():
@@ -167,7 +169,7 @@ def control_path(hosts: emulated_hosts.EmulatedHosts, repeats: int = 30) -> dict
         handle.ovs.set_controller(bridge, f"ptcp:16601:{address}", f"pssl:16602:{address}",
                                   inactivity_probe=0)
         time.sleep(1)
-        ways = {"unix": {"rundir": str(handle.state_here / "ovs")},
+        ways = {"unix": {"rundir": str(local.state / "ovs")},
                 "tcp": {"listener": openflow.Listener(address, 16601)},
                 "ssl": {"listener": openflow.Listener(address, 16602, tls)}}
         for kind, how in ways.items():
@@ -234,8 +236,8 @@ def main() -> None:
                     report[name] = {"helper_error": done.output.decode()[-800:]}
                     continue
                 inside = json.loads(done.output.decode().strip().splitlines()[-1])
-                pid_here = netlink.host_pids(handle.pid, [pid_there])[pid_there]
-                here = from_here(handle.netns, pid_here)
+                pid_here = hosts.pid_here(name, pid_there)
+                here = from_here(hosts.local[name].netns, pid_here)
                 calls = []
                 for _ in range(10):
                     c0 = time.monotonic()

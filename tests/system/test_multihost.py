@@ -11,12 +11,17 @@ create killed mid-way. A second lab takes the nested labs' options over the two 
 both hosts); a third, `--routing direct` in a run. The first lab routes with `none`, so
 its CA step bench stays comparable between runs (with `direct`, each link change also
 starts `ip` processes in the agents: docs/multihost.md section 4c). The hosts are
-addressed as if remote: OVSDB on their addresses over TCP (the direct lab and the killed
-create over SSL), OpenFlow to each lab's listeners there (section 4d).
+reached as real ones, over the network only: engines at their URLs, OVSDB on their
+addresses over TCP (the direct lab and the killed create over SSL), OpenFlow to each
+lab's listeners there (section 4d), everything else through each host's helper (plain,
+or TLS for the SSL labs; section 5a), whose refusals have a test of their own. The
+tests' own checks of what is left look from here, through the emulated hosts'
+namespaces and directories.
 
-Marked `multihost` (and `system`); `make test` runs it as its own stage (about 5
-minutes: it starts two Docker engines and loads a 542 MB image into each), and
-`scripts/test multihost` runs it alone."""
+Marked `multihost` (and `system`); `make test` runs it as its own stage (about 6
+minutes: it starts two Docker engines and loads the parent image, 542 MB, and the helper
+image, which shares its layers, into each), and `scripts/test multihost` runs it
+alone."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import emulated_hosts
@@ -36,9 +42,12 @@ from labs import build_user_image, swap_code
 
 from nestednet import images
 from nestednet.adapters import netlink, openflow, tc
+from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.session import CaSession, plan_shaping
-from nestednet.capabilities.hosts import host_checks
+from nestednet.capabilities.hosts import helper_check, host_checks
 from nestednet.errors import EnvironmentProblem
+from nestednet.hostd import service
+from nestednet.hostd.client import HelperClient, HelperError
 from nestednet.lab import designs
 from nestednet.lab import multihost as mh
 from nestednet.lab.nodes import Lab
@@ -90,32 +99,45 @@ def hosts():
 
 @pytest.fixture(scope="module")
 def hosts_file(hosts, tmp_path_factory) -> Path:
-    """The hosts addressed as if remote: OVSDB over TCP on their addresses (OpenFlow goes
-    to each lab's listener there); only the netlink part uses `emulated`."""
+    """The hosts addressed as if remote, as a real host is: each engine at its URL, OVSDB
+    over TCP on their addresses, OpenFlow to each lab's listener there, everything else
+    through the plain helper on their addresses (`emulated` is there, read by nothing
+    but this harness)."""
     path = tmp_path_factory.mktemp("hosts") / "hosts.json"
-    path.write_text(json.dumps({"hosts": [
-        {"name": h.name, "address": h.address, "emulated": h.name,
-         "ovsdb": hosts.control.ovsdb(h.address, secure=False)}
-        for h in hosts.hostset.hosts]}))
+    path.write_text(json.dumps(pl.hosts_doc(hosts.hostset)))
     return path
 
 
 @pytest.fixture(scope="module")
 def ssl_hosts_file(hosts, tmp_path_factory) -> Path:
-    """The same hosts with every control session SSL: OVSDB at `ssl:` remotes, OpenFlow
-    to `pssl:` listeners, this machine's key and certificate from the test PKI."""
+    """The same hosts with every session SSL: OVSDB at `ssl:` remotes, OpenFlow to
+    `pssl:` listeners, the TLS helper; this machine's key and certificate from the test
+    PKI."""
     path = tmp_path_factory.mktemp("hosts") / "hosts-ssl.json"
-    path.write_text(json.dumps({"hosts": [
-        {"name": h.name, "address": h.address, "emulated": h.name,
-         "ovsdb": hosts.control.ovsdb(h.address, secure=True)}
-        for h in hosts.hostset.hosts], "ssl": vars(hosts.control.tls)}))
+    path.write_text(json.dumps(pl.hosts_doc(hosts.ssl_hostset)))
     return path
 
 
 def listeners(hosts, lab: str) -> dict[str, list[str]]:
     """Each host's main-bridge controller targets for ``lab``, read through the host's own
     OVSDB socket (the test's view, not the CLI's)."""
-    return {n: h.ovs.controllers(topo.main_bridge(lab)) for n, h in hosts.handles.items()}
+    found = {}
+    for name, local in hosts.local.items():
+        with Ovsdb(f"unix:{local.state}/ovs/db.sock") as ovs:
+            found[name] = ovs.controllers(topo.main_bridge(lab))
+    return found
+
+
+def left_on_hosts(hosts, lab: str) -> list[str]:
+    """What of ``lab`` the hosts' kernels and state directories hold, looked at from
+    here (the test's own view; `mh.leftovers` asks through the helpers)."""
+    left = []
+    for name, local in hosts.local.items():
+        with netlink.route(local.netns) as ipr:
+            left += [f"{name}: {n}" for link in ipr.get_links()
+                     if (n := link.get_attr("IFLA_IFNAME") or "").startswith(f"{lab}-")]
+        left += [f"{name}: {d.name}/" for d in local.state.glob(f"{lab}-n*")]
+    return left
 
 
 def ping(node: int, iphy: int, address: str, count: int = 3) -> int:
@@ -184,17 +206,23 @@ def test_doctor_hosts_passes_on_the_emulated_hosts(hosts):
     wrong_ca = pl.Tls(tls.private_key, tls.certificate,
                       str(hosts.control.pki / "controllerca" / "cacert.pem"))
     for name, host in zip(hosts.names, hosts.hostset.hosts, strict=True):
-        handle = hosts.handles[name]
+        state = hosts.local[name].state
         for secure in (False, True):
-            described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
+            described = pl.Host(name, host.address, f"unix://{state}/docker.sock",
                                 hosts.control.ovsdb(host.address, secure))
             checks = host_checks(described, images.DIND_IMAGE, tls=tls)
             assert [c.name for c in checks if not c.ok] == [], checks
             print(*(f"{c.name}: {c.detail}" for c in checks), sep="\n")
-        described = pl.Host(name, host.address, f"unix://{handle.state_here}/docker.sock",
+        described = pl.Host(name, host.address, f"unix://{state}/docker.sock",
                             hosts.control.ovsdb(host.address, True))
         refused = host_checks(described, images.DIND_IMAGE, tls=wrong_ca)
         assert [c.name for c in refused if not c.ok] == [f"{name} ovs"], refused
+        for hostset in (hosts.hostset, hosts.ssl_hostset):
+            helper = helper_check(hostset.named(name), hostset)
+            assert helper.ok, helper
+            print(f"{helper.name}: {helper.detail}")
+        wrong = replace(hosts.ssl_hostset, ssl=wrong_ca)
+        assert not helper_check(wrong.named(name), wrong).ok
 
 
 def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
@@ -281,7 +309,7 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         assert nn("link", "del", "--lab", LAB, "n1:iphy1", "n2:iphy1").returncode == 0
         for node, host in ((1, h0), (2, h1)):
             port = f"{LAB}-{node}x1"
-            root = tc.snapshot(hosts.handles[host].netns, [port])[port]
+            root = tc.snapshot(hosts.local[host].netns, [port])[port]
             assert root is not None and root[1] != tc.OUR_ROOT, (port, root)
         steps = _step_bench(hosts)
         played = _ca_plays_across_hosts(tmp_path)
@@ -301,6 +329,7 @@ def test_cli_lab_over_two_hosts(hosts, hosts_file, tmp_path):
         print(done.stdout, done.stderr)
     assert done.returncode == 0
     assert mh.leftovers(LAB, hosts.manager, hosts.handles.values()) == []
+    assert left_on_hosts(hosts, LAB) == []
     assert volumes(hosts) == before_volumes
     assert not LabRecord(LAB).exists()
     assert nothing_here(LAB) == []
@@ -333,17 +362,17 @@ def _offloads_off_diagnosis(hosts, where: dict[int, str]) -> str:
     one-host shaping does, then TCP again; OVS's drop counters and log lines around it.
     Measured and printed only: the lab's shaping keeps the offloads on."""
     before = {h: _ovs_drops(hosts, h) for h in hosts.names}
-    log_size = {h: (hosts.handles[h].state_here / "log" / "ovs-vswitchd.log").stat().st_size
+    log_size = {h: (hosts.local[h].state / "log" / "ovs-vswitchd.log").stat().st_size
                 for h in hosts.names}
     for node, host in where.items():
-        tc.disable_offloads(hosts.handles[host].netns, [f"{LAB}-{node}x1"])
+        tc.disable_offloads(hosts.local[host].netns, [f"{LAB}-{node}x1"])
     bps = iperf((2, 1), (1, 1), port=5203)
     after = {h: _ovs_drops(hosts, h) for h in hosts.names}
     grown = {h: {k: v - before[h].get(k, 0) for k, v in after[h].items()
                  if v != before[h].get(k, 0)} for h in hosts.names}
     logs = {}
     for h in hosts.names:
-        with open(hosts.handles[h].state_here / "log" / "ovs-vswitchd.log") as log:
+        with open(hosts.local[h].state / "log" / "ovs-vswitchd.log") as log:
             log.seek(log_size[h])
             logs[h] = [ln.strip()[-140:] for ln in log.read().splitlines()][-3:]
     return (f"offloads off on the shaped ports: {bps / 1e6:.2f} Mbit/s; OVS drop counters "
@@ -453,11 +482,11 @@ def _ca_shapes_across_hosts(tmp_path: Path, hosts) -> str:
             assert {shaper.netns(p) for p in ports} == {h.netns for h in hosts.handles.values()}
             rates.append(sorted({v["rate_bps"] for v in shaper.read(ports).values()}))
     assert rates == [[20_000_000], [5_000_000]], rates
-    for handle in hosts.handles.values():
+    for name, local in hosts.local.items():
         ports = [f"{LAB}-{n}x{i}" for n in range(1, 5) for i in (1, 2)]
-        left = {p: r for p, r in tc.snapshot(handle.netns, ports).items()
+        left = {p: r for p, r in tc.snapshot(local.netns, ports).items()
                 if r is not None and r[1] == tc.OUR_ROOT}
-        assert left == {}, f"{handle.name} kept shaping trees: {left}"
+        assert left == {}, f"{name} kept shaping trees: {left}"
     return f"CA shaping across hosts (rate-only): kernel rates per step {rates}"
 
 
@@ -599,7 +628,8 @@ def test_nested_lab_options_over_two_hosts(hosts, hosts_file, tmp_path):
                   "b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])")
         assert hog.returncode != 0, "a 200 MB allocation must not succeed under 64 MB"
         # ... and the kernel's files for n2's GNAB, found through its host.
-        kernel = kernel_limits(gnab_pids(Lab.open(OPTIONS))[2])
+        n2_host = Lab.open(OPTIONS).meta["placement"]["2"]
+        kernel = kernel_limits(hosts.pid_here(n2_host, gnab_pids(Lab.open(OPTIONS))[2]))
         assert kernel == (64 * 1024 * 1024, 0.5), kernel
 
         far = str(PLAN.node_address(3).ip)
@@ -637,6 +667,7 @@ def test_nested_lab_options_over_two_hosts(hosts, hosts_file, tmp_path):
         subprocess.run(["docker", "image", "rm", USER_IPHY_IMAGE], capture_output=True)
     assert done.returncode == 0
     assert mh.leftovers(OPTIONS, hosts.manager, hosts.handles.values()) == []
+    assert left_on_hosts(hosts, OPTIONS) == []
     assert nothing_here(OPTIONS) == []
 
 
@@ -714,6 +745,7 @@ def test_direct_routing_in_a_run_over_two_hosts(hosts, ssl_hosts_file, tmp_path)
         done = nn("delete", "--lab", DIRECT)
     assert done.returncode == 0, done.stderr
     assert mh.leftovers(DIRECT, hosts.manager, hosts.handles.values()) == []
+    assert left_on_hosts(hosts, DIRECT) == []
 
 
 def _ssl_sessions_are_checked(hosts, hostset: pl.HostSet, lab: str, port: int) -> None:
@@ -761,5 +793,57 @@ def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, ssl_
     print(removed)
     assert any(CRASH in item for item in removed)
     assert mh.leftovers(CRASH, hosts.manager, hosts.handles.values()) == []
+    assert left_on_hosts(hosts, CRASH) == []
     assert not LabRecord(CRASH).exists()
     assert nothing_here(CRASH) == []
+
+
+def test_helper_takes_only_the_pkis_clients(hosts):
+    """The TLS helper answers a client with the hosts file's certificate and refuses one
+    whose certificate the hosts' client CA did not sign, one with none, and (the other
+    way) this machine refuses a helper its CA file did not sign; the plain helper refuses
+    a request for something that is not a lab's, and does nothing."""
+    tls = hosts.ssl_hostset.ssl
+    assert tls is not None
+    h0 = hosts.ssl_hostset.hosts[0]
+    port = service.port_of(hosts.ssl_hostset)
+    # Preparing again with the same file changes nothing (the emulated hosts were prepared
+    # with this command).
+    name = service.service_name(hosts.ssl_hostset)
+    before = service.find(hosts.manager, name).id
+    again = nn("hosts", "prepare", "--hosts", str(hosts.root / "hosts-ssl.json"))
+    assert again.returncode == 0, again.stderr
+    assert service.find(hosts.manager, name).id == before
+    good = HelperClient(h0.name, h0.address, port, tls)
+    try:
+        hello = good.call("hello")
+    finally:
+        good.close()
+    assert hello["hostname"] == h0.name and hello["state_dir"] == emulated_hosts.STATE_DIR
+    work = Path(tls.certificate).parent
+    # The host's own certificate (switch CA): not a client the helper accepts.
+    not_a_client = pl.Tls(str(work / f"{h0.name}-privkey.pem"),
+                          str(work / f"{h0.name}-cert.pem"), tls.ca_cert)
+    wrong_ca = pl.Tls(tls.private_key, tls.certificate,
+                      str(hosts.control.pki / "controllerca" / "cacert.pem"))
+    # TLS 1.3: the client's handshake may finish before the helper checks its certificate,
+    # then the refusal comes as the first read fails.
+    for bad, why in ((not_a_client, "TLS with the helper|helper connection failed"),
+                     (wrong_ca, "TLS with the helper"), (None, "helper connection failed")):
+        client = HelperClient(h0.name, h0.address, port, bad, timeout=10)
+        try:
+            with pytest.raises(EnvironmentProblem, match=why):
+                client.call("hello")
+        finally:
+            client.close()
+    plain = HelperClient(h0.name, h0.address, service.port_of(hosts.hostset), None)
+    try:
+        with pytest.raises(HelperError, match="is not one of lab mh's"):
+            plain.pipeline([{"op": "link.delete", "args": {"lab": "mh", "names": ["eth0"]}}])
+        with pytest.raises(HelperError, match="not a parent directory"):
+            plain.pipeline([{"op": "state.remove", "args": {"lab": "mh", "names": [".."]}}])
+    finally:
+        plain.close()
+    with netlink.route(hosts.local[h0.name].netns) as ipr:
+        assert netlink.exists(ipr, "eth0")
+    assert (hosts.local[h0.name].state / "ready").exists()

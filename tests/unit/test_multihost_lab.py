@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from nestednet.adapters import openflow, tc
 from nestednet.cli import main
-from nestednet.errors import UsageError
+from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import designs, shaping
 from nestednet.lab.create import CreateRequest, validate
 from nestednet.lab.links import COOKIE_MARK
@@ -23,7 +23,7 @@ from nestednet.model import topology as topo
 from nestednet.model import tunnels
 from nestednet.model.addressing import AddressPlan
 from nestednet.model.link_properties import parse_properties
-from nestednet.model.shaping_policy import RATE_ONLY, ShapingPolicy
+from nestednet.model.shaping_policy import RATE_ONLY
 from nestednet.model.tunnels import DataPlane
 
 pytestmark = pytest.mark.unit
@@ -110,13 +110,30 @@ def test_placement_goes_into_the_record_before_anything_is_made():
     assert pl.hosts_from_doc(meta["hosts"]) == HOSTS
 
 
+class RecordingHelper:
+    """A host's helper that records the tc calls it is asked for."""
+
+    calls: ClassVar[list[tuple[str, str, list]]] = []
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def call(self, op: str, **args):
+        assert op == "tc"
+        RecordingHelper.calls.append((self.host, args["function"], args["args"]))
+        if args["function"] == "read":
+            return {p: {"exists": True, "root": {"kind": "noqueue", "handle": "0:0"},
+                        "qdiscs": [], "classes": [], "filters": []} for p in args["args"][1]}
+        return {} if args["function"] == "build" else list(args["args"][1])
+
+
 def _links(tmp_path: Path, hosts: pl.HostSet = HOSTS) -> HostLinks:
     shape = topo.Shape(3, 2)
     plan = AddressPlan.for_shape(shape)
     dp = DataPlane.of("mh", plan, hosts, {1: "hostA", 2: "hostB", 3: "hostA"})
-    handles = {h.name: HostHandle(h.name, None, None, h.address, hosts.ssl, f"/proc/{i}/ns/net",
-                                  i, tmp_path, "/x")
-               for i, h in enumerate(hosts.hosts, start=10)}
+    handles = {h.name: HostHandle(h.name, None, None, h.address, hosts.ssl,
+                                  RecordingHelper(h.name), "/x")
+               for h in hosts.hosts}
     return HostLinks("mh", topo.main_bridge("mh"), plan, tmp_path, dp=dp, hosts=handles)
 
 
@@ -198,28 +215,49 @@ def test_ssl_in_the_hosts_file_makes_every_session_ssl(tmp_path, monkeypatch):
 
 def test_a_cross_host_link_is_shaped_on_each_receiving_host_with_offloads_kept(
         tmp_path, monkeypatch):
-    built: list[tuple[str | None, list[str]]] = []
-    removed: list[tuple[str | None, list[str]]] = []
-    monkeypatch.setattr(tc, "build", lambda ops, netns, ports, ours, owner:
-                        built.append((netns, list(ports))) or {})
-    monkeypatch.setattr(tc, "disable_offloads", lambda *a: pytest.fail("offloads touched"))
-    monkeypatch.setattr(tc, "remove_trees", lambda netns, ports:
-                        removed.append((netns, list(ports))) or list(ports))
+    """Each direction's tree is built and removed by the receiving port's host's helper
+    (tc in that host's namespace), never on this machine; the offloads stay on."""
+    for name in ("build", "apply", "disable_offloads", "remove_trees", "check_ports"):
+        monkeypatch.setattr(tc, name, lambda *a, name=name: pytest.fail(f"local tc.{name}"))
     monkeypatch.setattr(openflow, "Channel", FakeChannel)
+    RecordingHelper.calls = []
     links = _links(tmp_path)
     monkeypatch.setattr(HostLinks, "link_cookies", lambda self: set())
     record = LabRecord("mh", tmp_path)
     record.claim()
-    shaper = shaping.LabShaper(record, ShapingPolicy.choose(RATE_ONLY, False),
-                               offloads_off=links.shaping_offloads_off)
+    shaper = shaping.lab_shaper(record, RATE_ONLY, links=links)
     shaping.add_link(links, shaper, E(1, 1), E(2, 1), parse_properties({"rate": "20Mbit"}))
-    assert sorted(built) == [("/proc/10/ns/net", ["mh-1x1"]), ("/proc/11/ns/net", ["mh-2x1"])]
+    built = sorted((h, args[2]) for h, f, args in RecordingHelper.calls if f == "build")
+    assert built == [("hostA", ["mh-1x1"]), ("hostB", ["mh-2x1"])]
+    assert all(args[1] is None and args[0] and all(op["port"] == args[2][0] for op in args[0])
+               for _h, f, args in RecordingHelper.calls if f == "build")
+    assert {f for _h, f, _a in RecordingHelper.calls} == {"build"}, "offloads kept"
     assert {(r.name, r.where) for r in record.resources() if r.kind == "tc-root"} == {
         ("mh-1x1", "hostA"), ("mh-2x1", "hostB")}
+    assert {shaper.netns(p) for p in ("mh-1x1", "mh-2x1")} == {"hostd:hostA", "hostd:hostB"}
     monkeypatch.setattr(HostLinks, "link_cookies",
                         lambda self: {self.cookie(E(1, 1), E(2, 1))})
+    RecordingHelper.calls = []
     shaping.delete_link(links, shaper, E(1, 1), E(2, 1))
-    assert sorted(removed) == [("/proc/10/ns/net", ["mh-1x1"]), ("/proc/11/ns/net", ["mh-2x1"])]
+    assert sorted((h, f, args) for h, f, args in RecordingHelper.calls) == [
+        ("hostA", "remove_trees", [None, ["mh-1x1"]]),
+        ("hostB", "remove_trees", [None, ["mh-2x1"]])]
+
+
+def test_link_list_reads_each_unshaped_port_on_its_own_host(tmp_path, monkeypatch):
+    """An unshaped cross-host link: each port's qdiscs are read by its host's helper,
+    never in this machine's namespace (where the port is not)."""
+    monkeypatch.setattr(tc, "read", lambda *a: pytest.fail("read on this machine"))
+    RecordingHelper.calls = []
+    links = _links(tmp_path)
+    monkeypatch.setattr(HostLinks, "link_cookies",
+                        lambda self: {self.cookie(E(1, 1), E(2, 1))})
+    record = LabRecord("mh", tmp_path)
+    record.claim()
+    rows = shaping.list_links(links, shaping.lab_shaper(record, RATE_ONLY, links=links))
+    assert sorted((h, f, args) for h, f, args in RecordingHelper.calls) == [
+        ("hostA", "read", [None, ["mh-1x1"]]), ("hostB", "read", [None, ["mh-2x1"]])]
+    assert [d["kernel"] for d in rows[0]["directions"]] == [None, None]
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -443,21 +481,48 @@ def test_a_main_bridge_listens_on_its_hosts_address_and_is_checked_at_once(
         (_target("hostA"), links.dp.dpid("hostA"), True)]
 
 
-def test_connect_takes_the_hosts_ovsdb_remote_and_ssl(tmp_path, monkeypatch):
+def test_connect_takes_the_hosts_engine_ovsdb_remote_ssl_and_helper(monkeypatch):
+    """Every host, real or emulated, the same way: its engine URL, its OVSDB remote, the
+    helper at its address (the port by mode); a file without `engine` or `ovsdb` is a
+    located error, and so is a helper of another protocol version."""
     from types import SimpleNamespace
 
+    from nestednet.hostd import client as hostd
+    from nestednet.hostd import protocol
     from nestednet.lab import multihost as mh
 
+    opened = []
+
+    class FakeHelper:
+        version = protocol.VERSION
+
+        def __init__(self, host, address, port, tls):
+            opened.append((host, address, port, tls))
+            self.closed = False
+
+        def call(self, op, **args):
+            assert op == "hello"
+            return {"version": self.version, "state_dir": "/srv/nn"}
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(hostd, "HelperClient", FakeHelper)
     monkeypatch.setattr(mh.docker, "DockerClient", lambda **kw: SimpleNamespace(**kw))
-    container = SimpleNamespace(attrs={"State": {"Pid": 42}, "Mounts": [
-        {"Destination": mh.HOST_STATE, "Source": str(tmp_path)}]})
-    here = SimpleNamespace(containers=SimpleNamespace(get=lambda name: container))
     tls = pl.Tls("k", "c", "a")
-    remote = pl.Host("hostA", "10.0.0.1", ovsdb="ssl:10.0.0.1:6641", emulated="emu-a")
-    handle = mh.connect(remote, here, tls)
+    remote = pl.Host("hostA", "10.0.0.1", engine="ssh://root@10.0.0.1",
+                     ovsdb="ssl:10.0.0.1:6641")
+    handle = mh.connect(remote, pl.HostSet((remote,), ssl=tls))
     assert (handle.ovs.remote, handle.ovs.tls) == ("ssl:10.0.0.1:6641", tls)
+    assert handle.engine.base_url == "ssh://root@10.0.0.1"
     assert str(handle.listener(7001)) == "ssl:10.0.0.1:7001"
-    plain = mh.connect(pl.Host("hostB", "10.0.0.2", emulated="emu-b"), here)
-    assert plain.ovs.remote == f"unix:{tmp_path}/ovs/db.sock"
-    with pytest.raises(Exception, match="only hosts emulated on this machine"):
-        mh.connect(pl.Host("real", "10.0.0.3", ovsdb="tcp:10.0.0.3:6640"), here)
+    assert handle.state_there == "/srv/nn" and handle.netns == "hostd:hostA"
+    plain = pl.Host("hostB", "10.0.0.2", engine="tcp://10.0.0.2:2375", ovsdb="tcp:10.0.0.2:6640")
+    mh.connect(plain, pl.HostSet((plain,), hostd_port=7100))
+    assert opened == [("hostA", "10.0.0.1", 6650, tls), ("hostB", "10.0.0.2", 7100, None)]
+    with pytest.raises(UsageError, match="hostC: the hosts file gives no `engine`"):
+        bare = pl.Host("hostC", "10.0.0.3", ovsdb="tcp:10.0.0.3:6640")
+        mh.connect(bare, pl.HostSet((bare,)))
+    FakeHelper.version = protocol.VERSION + 1
+    with pytest.raises(EnvironmentProblem, match="helper speaks protocol"):
+        mh.connect(plain, pl.HostSet((plain,)))
