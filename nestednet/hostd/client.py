@@ -23,7 +23,7 @@ from typing import Any
 
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import protocol as p
-from nestednet.hostd.server import pump, readable, recv_exact
+from nestednet.hostd.streams import pump, readable, recv_exact
 from nestednet.model.placement import Tls
 
 

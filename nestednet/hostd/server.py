@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import shutil
 import socket
 import ssl
@@ -34,6 +33,7 @@ from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import protocol as p
+from nestednet.hostd.streams import CHUNK, pump, readable, recv_exact
 from nestednet.lab import wiring
 from nestednet.lab.record import VETH
 from nestednet.model import topology as topo
@@ -41,7 +41,6 @@ from nestednet.model.addressing import plan_from_dict
 from nestednet.model.tcplan import TcOp
 
 log = logging.getLogger("nestednet.hostd")
-CHUNK = 65536
 
 
 class Prerecorded:
@@ -208,44 +207,6 @@ class Helper:
 
 
 # --- connections ------------------------------------------------------------------------
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def readable(sockets: list[socket.socket], timeout: float) -> list[socket.socket]:
-    """Sockets with data to read; an SSL socket with decrypted bytes pending counts
-    (select sees only the raw socket)."""
-    pending = [s for s in sockets if isinstance(s, ssl.SSLSocket) and s.pending()]
-    if pending:
-        return pending
-    ready, _, _ = select.select(sockets, [], [], timeout)
-    return ready
-
-
-def pump(a: socket.socket, b: socket.socket, stop: threading.Event | None = None) -> None:
-    """Copy bytes both ways until either side closes (then both are closed). One thread
-    for both directions: an SSL socket must not be read and written from two threads."""
-    try:
-        while stop is None or not stop.is_set():
-            for source in readable([a, b], 0.5):
-                data = source.recv(CHUNK)
-                if not data:
-                    return
-                (b if source is a else a).sendall(data)
-    except OSError:
-        return
-    finally:
-        for s in (a, b):
-            with contextlib.suppress(OSError):
-                s.close()
 
 
 def error_of(exc: BaseException) -> dict:

@@ -13,7 +13,7 @@ import pytest
 
 from nestednet.errors import EnvironmentProblem
 from nestednet.hostd import protocol as p
-from nestednet.hostd import server
+from nestednet.hostd import server, streams
 from nestednet.hostd.client import HelperClient, HelperError, RemoteTc
 from nestednet.model.tcplan import TcOp
 
@@ -178,7 +178,7 @@ def test_a_broken_frame_closes_only_that_connection(loopback):
     _helper, client, port = loopback
     with socket.create_connection(("127.0.0.1", port)) as raw:
         raw.sendall(struct.pack(">I", p.MAX_FRAME + 5))
-        reply = p.read_frame(lambda n: server.recv_exact(raw, n))
+        reply = p.read_frame(lambda n: streams.recv_exact(raw, n))
         assert reply["ok"] is False and reply["error"]["kind"] == "protocol"
         assert raw.recv(1) == b""
     assert client.call("hello")["version"] == p.VERSION
