@@ -115,7 +115,7 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys),
                            length_unit=length_unit)
     model = load_link_model(link_model) if link_model is not None else None
-    links = _session().plan_shaping(loaded, model, shaping_mode, str(scenario), _netem,
+    links = _session().plan_shaping(loaded, model, shaping_mode, str(scenario), _netem(lab),
                                  keep_order=keep_order)
     if events is not None:
         runs.check_writable(events, "--events")
@@ -134,11 +134,22 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-def _netem() -> bool:
-    # Lazy: the probe imports pyroute2 and makes a scratch namespace; only shaped runs ask.
-    from nestednet.lab.shaping import netem_available
+def _netem(lab: str) -> Callable[[], bool]:
+    """Whether the kernels that will shape the run's links have sch_netem: an existing
+    lab's (each host's, for a lab over several hosts), else this machine's (the lab run
+    creates is a one-host lab)."""
+    def probe() -> bool:
+        # Lazy: the probe imports pyroute2 and a lab's runtime; only shaped runs ask.
+        from nestednet.lab import designs
+        from nestednet.lab.nodes import Lab
+        from nestednet.lab.record import LabRecord
+        from nestednet.lab.shaping import netem_available
 
-    return netem_available()
+        if not LabRecord(lab).exists():
+            return netem_available()
+        opened = Lab.open(lab)
+        return designs.of(opened.meta).links(opened.record).netem_available()
+    return probe
 
 
 def _iphys(lab: str, given: int | None) -> int:

@@ -132,6 +132,7 @@ OPS: dict[str, Spec] = {
     "state.remove": {"lab": str, "names": _list_of(str)},
     "pids": {"parent": int, "inner": _list_of(int)},
     "memory": {"pid": int},
+    "qdiscs": {},
     "wire.node": {"lab": str, "node": int, "parent_pid": int, "children": _int_map,
                   "shape": _list_of(int), "plan": dict, "datapath": str,
                   "offloads": dict, "where": str, "inter_mtu": (int, NONE),

@@ -30,6 +30,7 @@ from pyroute2 import NetlinkError
 
 from nestednet.adapters import netlink, tc
 from nestednet.adapters.cgroups import cgroup_memory
+from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import protocol as p
@@ -146,6 +147,11 @@ class Helper:
 
     def op_memory(self, pid: int) -> dict | None:
         return cgroup_memory(pid, self.proc, self.cgroup)
+
+    def op_qdiscs(self) -> dict[str, bool]:
+        """The qdisc kinds this host's kernel has: netem decides whether its ports can
+        take delay, jitter and loss (probed once per helper, as once per CLI process)."""
+        return available_qdiscs()
 
     # --- wiring -------------------------------------------------------------------------
 

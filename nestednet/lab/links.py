@@ -69,6 +69,14 @@ class LabLinks:
         `netns_of` gave): here, the adapter itself, on this machine's kernel."""
         return tc
 
+    def netem_available(self) -> bool:
+        """Whether every kernel that shapes this lab's ports has sch_netem (delay, jitter
+        and loss): here, this machine's."""
+        # Lazy: the probe imports pyroute2's netns helpers.
+        from nestednet.capabilities.shaping import available_qdiscs
+
+        return available_qdiscs()["netem"]
+
     def link_cookies(self) -> set[int]:
         """Cookies of the link flows present now (ours by their mark)."""
         return {f.cookie for f in openflow.dump(self.bridge)

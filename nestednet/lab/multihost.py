@@ -422,6 +422,12 @@ class HostLinks(LabLinks):
     def where(self, end: topo.Endpoint) -> str:
         return self.dp.host_of(end)
 
+    def netem_available(self) -> bool:
+        """Every host of the lab has sch_netem, as its helper finds in that host's kernel
+        (the CLI machine's kernel shapes none of these ports)."""
+        return all(host.helper.call("qdiscs").get("netem", False)
+                   for _name, host in sorted(self._hosts().items()))
+
     def link_cookies(self) -> set[int]:
         return links(self.lab, self.dp, self._hosts().values())
 

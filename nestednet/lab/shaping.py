@@ -261,10 +261,11 @@ DIRECTIONS = (BOTH, A_TO_B, B_TO_A)
 
 def lab_shaper(record: LabRecord, mode: str, keep_order: bool = False,
                links: LabLinks | None = None) -> LabShaper:
-    """A shaper for ``mode`` on this kernel (probes for sch_netem); ``links`` says whether
-    the lab's shaped ports keep their offloads."""
-    return LabShaper(record, ShapingPolicy.choose(mode, netem_available(),
-                                                  keep_order=keep_order),
+    """A shaper for ``mode`` on the kernels that shape the lab's ports (``links`` probes
+    them for sch_netem: this machine's, or each host's); ``links`` also says whether the
+    lab's shaped ports keep their offloads."""
+    netem = netem_available() if links is None else links.netem_available()
+    return LabShaper(record, ShapingPolicy.choose(mode, netem, keep_order=keep_order),
                      offloads_off=links is None or links.shaping_offloads_off,
                      tc_for=None if links is None else links.tc_for)
 

@@ -45,6 +45,7 @@ from nestednet.adapters import netlink, openflow, tc
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.session import CaSession, plan_shaping
 from nestednet.capabilities.hosts import helper_check, host_checks
+from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.errors import EnvironmentProblem
 from nestednet.hostd import service
 from nestednet.hostd.client import HelperClient, HelperError
@@ -802,7 +803,8 @@ def test_helper_takes_only_the_pkis_clients(hosts):
     """The TLS helper answers a client with the hosts file's certificate and refuses one
     whose certificate the hosts' client CA did not sign, one with none, and (the other
     way) this machine refuses a helper its CA file did not sign; the plain helper refuses
-    a request for something that is not a lab's, and does nothing."""
+    a request for something that is not a lab's, and does nothing. It tells which qdiscs
+    its host's kernel has (whether that host's ports can take delay, jitter and loss)."""
     tls = hosts.ssl_hostset.ssl
     assert tls is not None
     h0 = hosts.ssl_hostset.hosts[0]
@@ -817,9 +819,12 @@ def test_helper_takes_only_the_pkis_clients(hosts):
     good = HelperClient(h0.name, h0.address, port, tls)
     try:
         hello = good.call("hello")
+        qdiscs = good.call("qdiscs")
     finally:
         good.close()
     assert hello["hostname"] == h0.name and hello["state_dir"] == emulated_hosts.STATE_DIR
+    # The host's kernel, probed there (an emulated host's kernel is this machine's).
+    assert qdiscs == available_qdiscs()
     work = Path(tls.certificate).parent
     # The host's own certificate (switch CA): not a client the helper accepts.
     not_a_client = pl.Tls(str(work / f"{h0.name}-privkey.pem"),

@@ -118,7 +118,15 @@ class RecordingHelper:
     def __init__(self, host: str) -> None:
         self.host = host
 
+    netem: ClassVar[dict[str, bool]] = {}
+    """Per host, whether its kernel has sch_netem (the `qdiscs` answer)."""
+    asked: ClassVar[list[str]] = []
+    """The hosts asked for their qdiscs."""
+
     def call(self, op: str, **args):
+        if op == "qdiscs":
+            RecordingHelper.asked.append(self.host)
+            return {"netem": RecordingHelper.netem.get(self.host, True), "htb": True}
         assert op == "tc"
         RecordingHelper.calls.append((self.host, args["function"], args["args"]))
         if args["function"] == "read":
@@ -526,3 +534,24 @@ def test_connect_takes_the_hosts_engine_ovsdb_remote_ssl_and_helper(monkeypatch)
     FakeHelper.version = protocol.VERSION + 1
     with pytest.raises(EnvironmentProblem, match="helper speaks protocol"):
         mh.connect(plain, pl.HostSet((plain,)))
+
+
+def test_netem_is_asked_of_every_host_of_a_lab_not_of_this_machine(tmp_path, monkeypatch):
+    """A lab over several hosts may ask for delay, jitter and loss only when every host's
+    kernel has sch_netem, as each host's helper finds it; a one-host lab asks this
+    machine's kernel."""
+    from nestednet.capabilities import shaping as probe
+    from nestednet.lab import links as one_host
+
+    monkeypatch.setattr(RecordingHelper, "asked", [])
+    monkeypatch.setattr(RecordingHelper, "netem", {"hostA": True, "hostB": True})
+    assert _links(tmp_path).netem_available()
+    assert sorted(RecordingHelper.asked) == ["hostA", "hostB"]
+    monkeypatch.setattr(RecordingHelper, "netem", {"hostA": True, "hostB": False})
+    assert not _links(tmp_path).netem_available()
+    monkeypatch.setattr(probe, "available_qdiscs", lambda: {"netem": False})
+    assert not one_host.LabLinks("nn", "nn-main", AddressPlan.for_shape(topo.Shape(2, 1)),
+                                 tmp_path).netem_available()
+    monkeypatch.setattr(probe, "available_qdiscs", lambda: {"netem": True})
+    assert one_host.LabLinks("nn", "nn-main", AddressPlan.for_shape(topo.Shape(2, 1)),
+                             tmp_path).netem_available()
