@@ -36,7 +36,8 @@ def test_second_build_is_cached():
     again = _cli("images", "build", "--json")
     assert again.returncode == 0, again.stderr
     rows = json.loads(again.stdout)
-    assert {r["tag"] for r in rows} == {images.COMPONENT_IMAGE, images.DIND_IMAGE}
+    assert {r["tag"] for r in rows} == {images.COMPONENT_IMAGE, images.DIND_IMAGE,
+                                        images.HOSTD_IMAGE}
     assert all(r["cached"] for r in rows), rows
 
 
