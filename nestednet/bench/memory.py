@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import netlink
+from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.bench import paper, procmem
 from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.bench.stats import summary
 from nestednet.lab import flat
-from nestednet.lab.nodes import cgroup_memory
 from nestednet.model import topology as topo
 
 MB = 1024 * 1024

@@ -2,7 +2,7 @@
 
 PSS (proportional set size) splits shared pages between the processes sharing
 them, so summing it over a node's daemons does not count the shared libraries of
-every node in full; cgroup figures (nestednet.lab.nodes.cgroup_memory) give the
+every node in full; cgroup figures (nestednet.adapters.cgroups.cgroup_memory) give the
 whole-node totals.
 """
 

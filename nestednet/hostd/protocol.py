@@ -147,6 +147,10 @@ OPS: dict[str, Spec] = {
     "batch": {"requests": list},
 }
 """Every operation and its arguments (all required; a None-able one must still be sent)."""
+SWITCH_CALLS = {"node": ("add_bridge", "add_port", "del_port"),
+                "host": ("add_bridge", "add_port", "del_port")}
+"""The OVSDB calls wiring makes on the helper's side, per switch (the node's, the host's
+main bridge): collected there, applied by the client (`wire.*` answers)."""
 STREAMS = ("forward", "routes")
 """Operations after whose answer the connection is a stream, not frames of requests."""
 

@@ -61,13 +61,11 @@ class Deferred:
     """A switch whose calls are collected and handed back: the client applies them over
     its own OVSDB sessions (the node's, forwarded; the host's, over the network)."""
 
-    METHODS = ("add_bridge", "add_port", "del_port")
-
     def __init__(self, target: str, calls: list) -> None:
         self.target, self.calls = target, calls
 
     def __getattr__(self, method: str):
-        if method not in self.METHODS:
+        if method not in p.SWITCH_CALLS[self.target]:
             raise AttributeError(method)
         return lambda *args, **kwargs: self.calls.append([self.target, method, list(args),
                                                           kwargs])

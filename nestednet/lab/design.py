@@ -29,11 +29,12 @@ import docker.errors
 
 from nestednet import LABEL_PREFIX
 from nestednet.adapters import netlink
+from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab.links import LabLinks, dead_nodes
-from nestednet.lab.nodes import Lab, cgroup_memory
+from nestednet.lab.nodes import Lab
 from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo

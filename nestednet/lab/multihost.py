@@ -276,8 +276,7 @@ def apply_switch_calls(calls: list, node_ovs: Ovsdb, host_ovs: Ovsdb | LazyOvsdb
     """The OVSDB calls the helper's wiring collected (nestednet.hostd.server.Deferred), in
     order, on the node's switch and the host's."""
     for target, method, args, kwargs in calls:
-        if target not in ("node", "host") or method not in ("add_bridge", "add_port",
-                                                             "del_port"):
+        if method not in protocol.SWITCH_CALLS.get(target, ()):
             raise EnvironmentProblem(f"the helper asked for {target}.{method}: not a wiring "
                                      "call")
         getattr(node_ovs if target == "node" else host_ovs, method)(*args, **kwargs)

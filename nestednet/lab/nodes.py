@@ -11,7 +11,6 @@ import docker
 import docker.errors
 
 from nestednet.adapters import docker_engine
-from nestednet.adapters.cgroups import cgroup_memory  # noqa: F401 (used from here)
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab import engine
 from nestednet.lab import record as lab_record

@@ -42,6 +42,8 @@ class RouteWatch:
         self.on_change = on_change
         self.node_net = IPv4Network(plan_from_dict(lab.shape, lab.meta["plan"]).node)
         self._sources: list = []
+        self._design = None
+        """The design whose connections the remote sources live on (closed in `stop`)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -53,7 +55,6 @@ class RouteWatch:
         except BaseException:
             design.close()
             raise
-        # Remote sources live on the design's connections: closed in `stop`.
         self._design = design
         self._thread = threading.Thread(target=self._read, name="nestednet-routes",
                                         daemon=True)
@@ -82,9 +83,8 @@ class RouteWatch:
         for source in self._sources:
             source.close()
         self._sources = []
-        design = getattr(self, "_design", None)
-        if design is not None:
-            design.close()
+        if self._design is not None:
+            self._design.close()
             self._design = None
 
     def __enter__(self) -> RouteWatch:

@@ -151,16 +151,11 @@ def recorded_names(lab: str, node: int, components: list[int]) -> list[str]:
 def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
     """Connect component ``component`` (0 = GNAB) whose host pid is ``child_pid``."""
     lab, node = h.lab, h.node
-
-    def name(role: str) -> str:
-        return topo.veth_name(lab, node, role, component)
-
-    intra_parent = name("intra-parent")
+    intra_parent, outer = recorded_names(lab, node, [component])
     with netlink.route(h.host_netns) as host:
         add_veth(host, h.record, intra_parent, topo.CHILD_INTRA_IF, offloads=h.offloads.nodes,
                  where=h.where, netns=h.host_netns, name_in=h.parent_pid, peer_in=child_pid)
         if component == 0:
-            outer = name("control-host")
             add_veth(host, h.record, outer, topo.CHILD_CONTROL_IF, offloads=True,
                      where=h.where, netns=h.host_netns, peer_in=child_pid,
                      name_in=None if h.control_on_host else topo.control_netns(lab))
@@ -168,7 +163,6 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
                 netlink.port_up(host, outer, master=topo.control_bridge(lab))
             outer_address, outer_mtu = h.plan.control_address(node), h.control_mtu
         else:
-            outer = name("inter-host")
             add_veth(host, h.record, outer, topo.CHILD_INTER_IF, offloads=h.offloads.main,
                      where=h.where, netns=h.host_netns, peer_in=child_pid)
             netlink.port_up(host, outer)
@@ -222,18 +216,15 @@ def unwire_component(h: NodeHandles, component: int) -> None:
     component's sidecar holds it until its own restart, after which the kernel frees it
     asynchronously; re-wiring before that met the old ends (seen: `swap --restart` of a
     user's iPHY on a swarm lab, EEXIST on the intra-net end)."""
-    def name(role: str) -> str:
-        return topo.veth_name(h.lab, h.node, role, component)
-
-    h.node_ovs.del_port(name("intra-parent"))
+    intra_parent, outer = recorded_names(h.lab, h.node, [component])
+    h.node_ovs.del_port(intra_parent)
     if component > 0:
-        h.host_ovs.del_port(name("inter-host"))
+        h.host_ovs.del_port(outer)
     control_side = h.host_netns if h.control_on_host else topo.control_netns(h.lab)
-    for role, netns in (("intra-parent", netlink.netns_path(h.parent_pid)),
-                        ("inter-host" if component else "control-host",
-                         h.host_netns if component else control_side)):
+    for veth, netns in ((intra_parent, netlink.netns_path(h.parent_pid)),
+                        (outer, h.host_netns if component else control_side)):
         with netlink.route(netns) as ipr:
-            netlink.delete(ipr, name(role))
+            netlink.delete(ipr, veth)
 
 
 HOST_VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")

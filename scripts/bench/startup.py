@@ -24,8 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.lab import create, teardown
-from nestednet.lab.nodes import Lab, cgroup_memory
+from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
 
 MB = 1024 * 1024

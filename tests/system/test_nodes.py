@@ -253,8 +253,8 @@ def test_a_parked_engine_frees_its_memory_and_wakes_with_its_children_untouched(
     the node's cgroup holds less, and the next use wakes it with a root-only socket."""
     import docker
 
+    from nestednet.adapters.cgroups import cgroup_memory
     from nestednet.lab import engine
-    from nestednet.lab.nodes import cgroup_memory
 
     started = _inner(lab, "n2", "inspect", "-f", "{{.State.StartedAt}}", "iphy1").strip()
     parent = docker.from_env().containers.get(f"{lab}-n2")
