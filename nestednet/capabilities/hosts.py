@@ -123,7 +123,8 @@ def helper_check(host: Host, hosts: HostSet) -> Check:
     port = service.port_of(hosts)
     fix = "nestednet hosts prepare --hosts FILE (the helper image on every host)"
     try:
-        client = hostd.HelperClient(host.name, host.address, port, hosts.ssl, timeout=10)
+        client = hostd.HelperClient(host.name, host.address, port, hosts.ssl, timeout=10,
+                                    insecure=hosts.insecure)
         try:
             hello = client.call("hello")
         finally:

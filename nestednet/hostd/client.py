@@ -40,8 +40,9 @@ class HelperError(EnvironmentProblem):
 
 def client_context(tls: Tls) -> ssl.SSLContext:
     """As the OVSDB and OpenFlow sessions do it: this machine's certificate, the host's
-    checked against ``ca_cert`` without a host-name check (the hosts' certificates name
-    switches, not addresses)."""
+    checked against ``ca_cert``; the name it holds is checked after the handshake
+    (`check_host_name`: ovs-pki's certificates name a host as ``NAME id:...``, which
+    ssl's own host-name check cannot match)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = False
@@ -55,12 +56,39 @@ def client_context(tls: Tls) -> ssl.SSLContext:
     return context
 
 
+def certificate_names(cert: Mapping[str, Any]) -> list[str]:
+    """The names a peer certificate gives: its DNS subjectAltNames and its CN (ovs-pki
+    writes ``NAME id:UUID``: the NAME)."""
+    names = [v for k, v in cert.get("subjectAltName", ()) if k == "DNS"]
+    names += [v.split(" id:")[0] for rdn in cert.get("subject", ()) for k, v in rdn
+              if k == "commonName"]
+    return names
+
+
+def check_host_name(host: str, cert: Mapping[str, Any] | None) -> None:
+    """Refuse a helper whose certificate does not name ``host`` (the hosts file's name):
+    any certificate the hosts' CA signed would otherwise pass for any host's helper."""
+    names = certificate_names(cert or {})
+    if host not in names:
+        raise EnvironmentProblem(f"host {host}: the helper's certificate names "
+                                 f"{', '.join(names) or 'nothing'}, not {host}",
+                                 hint="each host's certificate must name the host as the "
+                                      "hosts file does (ovs-pki req+sign NAME switch)")
+
+
+INSECURE_HINT = ("the helper runs as root: give the hosts file `ssl` (docs/multihost.md, "
+                 "section 3), or `\"insecure\": true` on a network only you can reach")
+
+
 class HelperClient:
     """Requests to one host's helper."""
 
     def __init__(self, host: str, address: str, port: int, tls: Tls | None,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 120.0, *, insecure: bool = False) -> None:
         self.host, self.address, self.port, self.timeout = host, address, port, timeout
+        if tls is None and not insecure:
+            raise UsageError(f"host {host}: the hosts file gives no `ssl`, so its helper "
+                             "would be reached over plain TCP", hint=INSECURE_HINT)
         self.context = client_context(tls) if tls is not None else None
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -87,13 +115,26 @@ class HelperClient:
             raw.close()
             raise EnvironmentProblem(f"host {self.host}: TLS with the helper at "
                                      f"{self.address}:{self.port} failed: {exc}") from None
+        try:
+            check_host_name(self.host, conn.getpeercert())
+        except EnvironmentProblem:
+            conn.close()
+            raise
         conn.settimeout(self.timeout)
         return conn
 
     def _take(self) -> socket.socket:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        """A kept connection the helper has not closed (it closes idle ones), else a
+        new one."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                conn = self._idle.pop()
+            if not readable([conn], 0):
+                return conn
+            with contextlib.suppress(OSError):
+                conn.close()
         return self.connect()
 
     def _give(self, conn: socket.socket) -> None:
@@ -105,7 +146,7 @@ class HelperClient:
         conn.sendall(b"".join(p.encode(m) for m in messages))
         answers = []
         for _ in messages:
-            answer = p.read_frame(lambda n: recv_exact(conn, n))
+            answer = p.read_frame(lambda n: recv_exact(conn, n), p.MAX_ANSWER)
             if answer is None:
                 raise OSError("the helper closed the connection")
             answers.append(answer)
@@ -218,8 +259,9 @@ class RouteStream:
     """Route changes of several nodes on one host (`run`'s route watch), as frames
     from the helper, which holds a netlink socket in each GNAB's namespace."""
 
-    def __init__(self, client: HelperClient, pids: Mapping[int, int]) -> None:
-        self.sock = client.stream("routes", pids={str(n): pid for n, pid in pids.items()})
+    def __init__(self, client: HelperClient, lab: str, pids: Mapping[int, int]) -> None:
+        self.sock = client.stream("routes", lab=lab,
+                                  pids={str(n): pid for n, pid in pids.items()})
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -228,7 +270,7 @@ class RouteStream:
         """What is there: (node, change) pairs; OSError once the helper closed it."""
         out: list[tuple[int, dict]] = []
         while True:
-            frame = p.read_frame(lambda n: recv_exact(self.sock, n))
+            frame = p.read_frame(lambda n: recv_exact(self.sock, n), p.MAX_ANSWER)
             if frame is None:
                 raise OSError("the helper closed the route stream")
             out += [(int(frame["node"]), change) for change in frame.get("changes", [])]
@@ -245,8 +287,8 @@ class RemoteTc:
     shaper calls them with the namespace it recorded for a port, which the helper
     replaces by its own."""
 
-    def __init__(self, client: HelperClient) -> None:
-        self.client = client
+    def __init__(self, client: HelperClient, lab: str) -> None:
+        self.client, self.lab = client, lab
 
     def __getattr__(self, function: str):
         if function not in p.TC_FUNCTIONS:
@@ -257,7 +299,7 @@ class RemoteTc:
                     and hasattr(a[0], "as_dict") else a for i, a in enumerate(args)]
             wire = [None if isinstance(a, str) and a.startswith(HOST_NETNS) else a
                     for a in wire]
-            return self.client.call("tc", function=function, args=wire)
+            return self.client.call("tc", lab=self.lab, function=function, args=wire)
 
         return call
 

@@ -6,7 +6,21 @@ and tc is its own namespace), the host's /proc at ``proc`` (pids it is given are
 host's, as the host's engine reports them), the host's cgroup tree at ``cgroup`` and the
 host's state directory (the parents' bind-mounted directories) at the same path as on
 the host. It holds no Docker socket and starts nothing: it only does what a request
-names, after nestednet.hostd.protocol checked it.
+names, after nestednet.hostd.protocol checked its shape and `Helper.authorise` checked
+what only the helper can know (docs/multihost.md section 5b):
+
+- a lab belongs to the client that first made something of it here (its TLS
+  certificate's subject; every client is one "insecure" client on a plain helper),
+  recorded in ``<state_dir>/hostd/labs.json`` (0600) with the interface names made or
+  recorded for it, until nothing of it is left here;
+- a pid is a process of the named lab's node: a parent is the init of a pid namespace
+  whose /nestednet is that node's state directory here (same device and inode), any
+  other pid descends from such a parent;
+- tc ports and a tunnel's master are the lab's recorded names, a tunnel's underlay the
+  host's device holding the tunnel's local address.
+
+Connections are bounded (`Limits`): how many, how many per peer still in their TLS
+handshake, idle time, frame and batch sizes; a batch stops when its client goes.
 
 Coarse operations reuse the code the CLI machine runs for one-host labs: a node is
 wired by nestednet.lab.wiring.wire_node here, with the OVSDB calls handed back to the
@@ -17,12 +31,18 @@ client recording every interface name before it asks (`Prerecorded`).
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import logging
 import os
 import shutil
 import socket
 import ssl
+import stat
+import struct
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +62,113 @@ from nestednet.model.addressing import plan_from_dict
 from nestednet.model.tcplan import TcOp
 
 log = logging.getLogger("nestednet.hostd")
+
+
+class Refused(Exception):
+    """A request the client may not make: another client's lab, a pid or port that is
+    not the lab's."""
+
+
+INSECURE = "insecure"
+"""The one identity every client has on a plain-TCP helper (`--insecure`)."""
+
+
+def client_identity(conn: socket.socket) -> str:
+    """Who is asking: the subject of the client's certificate (TLS), else INSECURE."""
+    if not isinstance(conn, ssl.SSLSocket):
+        return INSECURE
+    cert = conn.getpeercert() or {}
+    return ",".join(f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn) or "?"
+
+
+class Labs:
+    """Which client each lab here belongs to and the interface names made or recorded
+    for it, kept in ``path`` (0600 in a 0700 directory) across helper restarts. A lab's
+    entry goes once nothing of it is left here (no names, no state directory)."""
+
+    def __init__(self, path: Path | None, state_dir: Path) -> None:
+        self.path, self.state_dir = path, state_dir
+        self.lock = threading.RLock()
+        self.labs: dict[str, dict] = {}
+        if path is not None:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(path.parent, 0o700)
+            with contextlib.suppress(FileNotFoundError):
+                self.labs = json.loads(path.read_text())
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.labs, f)
+        os.replace(tmp, self.path)
+
+    def claim(self, lab: str, client: str) -> None:
+        """Refused unless ``lab`` is ``client``'s or no one's (then it becomes theirs)."""
+        with self.lock:
+            entry = self.labs.get(lab)
+            if entry is None:
+                self.labs[lab] = {"owner": client, "names": []}
+                self._save()
+            elif entry["owner"] != client:
+                raise Refused(f"lab {lab} on this host belongs to another client")
+
+    def check(self, lab: str, client: str) -> None:
+        """Refused if ``lab`` is another client's (nothing claimed)."""
+        with self.lock:
+            entry = self.labs.get(lab)
+            if entry is not None and entry["owner"] != client:
+                raise Refused(f"lab {lab} on this host belongs to another client")
+
+    def names(self, lab: str) -> set[str]:
+        with self.lock:
+            return set(self.labs.get(lab, {}).get("names", []))
+
+    def add(self, lab: str, names: list[str]) -> None:
+        with self.lock:
+            entry = self.labs[lab]
+            entry["names"] = sorted(set(entry["names"]) | set(names))
+            self._save()
+
+    def discard(self, lab: str, names: list[str]) -> None:
+        with self.lock:
+            entry = self.labs.get(lab)
+            if entry is not None:
+                entry["names"] = sorted(set(entry["names"]) - set(names))
+                self._save()
+
+    def settle(self, lab: str) -> None:
+        """Forget ``lab`` when nothing of it is left here (another client may then use
+        the name)."""
+        with self.lock:
+            entry = self.labs.get(lab)
+            if entry is None or entry["names"] or any(
+                    p.PARENT_DIR.fullmatch(d.name) for d in self.state_dir.glob(f"{lab}-n*")):
+                return
+            del self.labs[lab]
+            self._save()
+
+
+CLAIMING = ("link.vxlan", "link.bridge", "link.delete", "state.mkdir", "state.parent",
+            "state.remove", "pids", "memory", "wire.node", "wire.component", "tc", "forward",
+            "routes")
+"""Operations that act on a lab: the lab must be the client's, or no one's (then it
+becomes theirs until nothing of it is left). `link.list` and `state.list` only read
+names, and are refused for another client's lab."""
+
+
+def _nspid(proc: str, pid: int) -> tuple[int, list[int]]:
+    """(PPid, NSpid) of ``pid`` under ``proc``."""
+    ppid, nspid = 0, []
+    with open(f"{proc}/{pid}/status") as f:
+        for line in f:
+            if line.startswith("PPid:"):
+                ppid = int(line.split()[1])
+            elif line.startswith("NSpid:"):
+                nspid = [int(x) for x in line.split()[1:]]
+    return ppid, nspid
 
 
 class Prerecorded:
@@ -71,22 +198,138 @@ class Deferred:
                                                           kwargs])
 
 
+TC_PORT_LISTS = {"disable_offloads": 1, "check_ports": 1, "apply": 2, "build": 2,
+                 "port_indexes": 1, "remove_trees": 1, "read": 1, "snapshot": 1}
+"""Where each tc function takes its list of ports (after the namespace is replaced)."""
+TC_WITH_OPS = ("apply", "build", "change_batch", "change")
+
+
 class Helper:
-    """What the helper does for one request (no sockets: `serve` carries them)."""
+    """What the helper does for one request (no sockets: `Server` carries them)."""
 
     def __init__(self, state_dir: Path, proc: str = "/proc",
-                 cgroup: str = "/sys/fs/cgroup") -> None:
+                 cgroup: str = "/sys/fs/cgroup", labs_file: Path | None = None) -> None:
         self.state_dir, self.proc, self.cgroup = state_dir, proc, cgroup
+        self.labs = Labs(labs_file, state_dir)
+        self.indexes: dict[str, int] = {}
         netlink.set_proc_root(proc)
 
-    def run(self, op: str, args: dict[str, Any]) -> Any:
-        return getattr(self, "op_" + op.replace(".", "_"))(**args)
+    def run(self, op: str, args: dict[str, Any], client: str = INSECURE) -> Any:
+        self.authorise(op, args, client)
+        try:
+            return getattr(self, "op_" + op.replace(".", "_"))(**args)
+        finally:
+            if op in CLAIMING:
+                self.labs.settle(args["lab"])
+
+    # --- authorisation -------------------------------------------------------------------
+
+    def authorise(self, op: str, args: dict[str, Any], client: str) -> None:
+        """Refused unless the request stays within a lab of ``client``'s."""
+        lab = args.get("lab")
+        if lab is None:
+            return
+        if op in CLAIMING:
+            self.labs.claim(lab, client)
+        else:
+            self.labs.check(lab, client)
+        if op in ("pids", "memory", "wire.node", "wire.component"):
+            pid = args.get("parent", args.get("pid", args.get("parent_pid")))
+            self.check_parent(lab, args["node"], pid)
+        elif op == "routes":
+            for node, pid in args["pids"].items():
+                self.check_descendant(lab, int(node), pid)
+        elif op == "link.vxlan":
+            if args["master"] is not None and args["master"] not in self.labs.names(lab):
+                raise Refused(f"link.vxlan: master {args['master']} is not one of lab "
+                              f"{lab}'s interfaces here")
+            if args["underlay"] is not None:
+                self.check_underlay(args["underlay"], args["local"])
+        elif op == "tc":
+            self.check_tc(lab, args["function"], args["args"])
+
+    def check_parent(self, lab: str, node: int, pid: int) -> None:
+        """``pid`` is node ``node``'s parent of ``lab`` here: the init of its pid
+        namespace, whose /nestednet is the node's state directory."""
+        if not self._is_parent(lab, node, pid):
+            raise Refused(f"pid {pid} is not the parent of lab {lab}'s node {node} on this "
+                          "host")
+
+    def _is_parent(self, lab: str, node: int, pid: int) -> bool:
+        try:
+            want = os.stat(self.state_dir / topo.parent_container(lab, node),
+                           follow_symlinks=False)
+            _ppid, nspid = _nspid(self.proc, pid)
+            got = os.stat(f"{self.proc}/{pid}/root/nestednet")
+        except (OSError, ValueError):
+            return False
+        return (bool(nspid) and nspid[-1] == 1 and stat.S_ISDIR(want.st_mode)
+                and (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino))
+
+    def check_descendant(self, lab: str, node: int, pid: int) -> None:
+        """``pid`` is node ``node``'s parent of ``lab`` or one of its descendants."""
+        current = pid
+        for _ in range(64):
+            if current <= 1:
+                break
+            if self._is_parent(lab, node, current):
+                return
+            try:
+                current = _nspid(self.proc, current)[0]
+            except (OSError, ValueError):
+                break
+        raise Refused(f"pid {pid} is not a process of lab {lab}'s node {node} on this host")
+
+    def check_underlay(self, underlay: str, local: str) -> None:
+        """A tunnel's underlay is the host's device holding its local address."""
+        with netlink.route() as ipr:
+            found = ipr.link_lookup(ifname=underlay)
+            addresses = ({a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=found[0])}
+                         if found else set())
+        if local not in addresses:
+            raise Refused(f"link.vxlan: underlay {underlay} does not hold the tunnel's "
+                          f"local address {local}")
+
+    def check_tc(self, lab: str, function: str, args: list) -> None:
+        """Every port a tc call names (its port list, its ops' ports, its indexes) is a
+        recorded name of ``lab``; an index is the one this helper found for the port."""
+        ours = self.labs.names(lab)
+        ports: list[Any] = []
+        at = TC_PORT_LISTS.get(function)
+        if at is not None:
+            if len(args) <= at or not isinstance(args[at], list):
+                raise p.ProtocolError(f"tc {function}: argument {at} must be a list of ports")
+            ports += args[at]
+        if function in TC_WITH_OPS:
+            if not args or not isinstance(args[0], list) or len(args[0]) > p.MAX_LIST or \
+                    not all(isinstance(op, dict) for op in args[0]):
+                raise p.ProtocolError(f"tc {function}: first argument must be a list of ops")
+            ports += [op.get("port") for op in args[0]]
+        if function == "check_ports" and len(args) > 2 and isinstance(args[2], list):
+            ports += args[2]
+        if function == "change_batch":
+            if len(args) < 3 or not isinstance(args[2], dict):
+                raise p.ProtocolError("tc change_batch: third argument must be the ports' "
+                                      "indexes")
+            ports += list(args[2])
+        foreign = sorted({str(port) for port in ports if port not in ours})
+        if foreign:
+            raise Refused(f"tc {function}: {', '.join(foreign[:5])} not among lab {lab}'s "
+                          "interfaces here")
+        if function == "change_batch":
+            unknown = [port for port, index in args[2].items()
+                       if self.indexes.get(port) != index]
+            if unknown:
+                found = tc.port_indexes(None, unknown)
+                self.indexes.update(found)
+                if any(found[port] != args[2][port] for port in unknown):
+                    raise Refused("tc change_batch: an index is not its port's")
 
     # --- interfaces in the host's namespace ------------------------------------------
 
     def op_hello(self) -> dict:
         return {"version": p.VERSION, "hostname": socket.gethostname(),
-                "state_dir": str(self.state_dir), "pid": os.getpid()}
+                "state_dir": str(self.state_dir)}
 
     def op_link_exists(self, names: list[str]) -> dict[str, bool]:
         with netlink.route() as ipr:
@@ -94,6 +337,7 @@ class Helper:
 
     def op_link_vxlan(self, lab: str, name: str, vni: int, local: str, remote: str, port: int,
                       underlay: str | None, mtu: int | None, master: str | None) -> None:
+        self.labs.add(lab, [name])
         with netlink.route() as ipr:
             netlink.add_vxlan(ipr, name, vni=vni, local=local, remote=remote, port=port,
                               underlay=underlay, mtu=mtu)
@@ -103,6 +347,7 @@ class Helper:
                 netlink.configure(ipr, name, master=master)
 
     def op_link_bridge(self, lab: str, name: str) -> None:
+        self.labs.add(lab, [name])
         with netlink.route() as ipr:
             netlink.add_bridge(ipr, name)
 
@@ -113,37 +358,53 @@ class Helper:
 
     def op_link_delete(self, lab: str, names: list[str]) -> list[str]:
         with netlink.route() as ipr:
-            return [n for n in names if netlink.delete(ipr, n)]
+            deleted = [n for n in names if netlink.delete(ipr, n)]
+        self.labs.discard(lab, names)
+        return deleted
 
     # --- parents' state directories ---------------------------------------------------
 
     def op_state_mkdir(self, lab: str, name: str) -> None:
-        (self.state_dir / name).mkdir(parents=False, exist_ok=False)
+        (self.state_dir / name).mkdir(mode=0o700, parents=False, exist_ok=False)
 
     def op_state_parent(self, lab: str, name: str) -> dict:
-        state = self.state_dir / name
-        failed = state / "failed"
-        return {"ready": (state / "ready").exists(),
-                "failed": failed.read_text().strip() if failed.exists() else None}
+        """A parent writes its directory: nothing there is followed (O_NOFOLLOW, opened
+        relative to the directory, itself opened without following)."""
+        try:
+            fd = os.open(self.state_dir / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return {"ready": False, "failed": None}
+        try:
+            ready = _lexists(fd, "ready")
+            failed = None
+            with contextlib.suppress(FileNotFoundError):
+                f = os.open("failed", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+                try:
+                    failed = os.read(f, 4096).decode(errors="replace").strip()
+                finally:
+                    os.close(f)
+        finally:
+            os.close(fd)
+        return {"ready": ready, "failed": failed}
 
     def op_state_list(self, lab: str) -> list[str]:
         return sorted(d.name for d in self.state_dir.glob(f"{lab}-n*")
-                      if d.is_dir() and p.PARENT_DIR.match(d.name))
+                      if d.is_dir() and not d.is_symlink() and p.PARENT_DIR.fullmatch(d.name))
 
     def op_state_remove(self, lab: str, names: list[str]) -> list[str]:
         removed = []
         for name in names:
-            if (self.state_dir / name).exists():
+            if os.path.lexists(self.state_dir / name):
                 shutil.rmtree(self.state_dir / name, ignore_errors=True)
                 removed.append(name)
         return removed
 
     # --- processes ----------------------------------------------------------------------
 
-    def op_pids(self, parent: int, inner: list[int]) -> dict[str, int]:
+    def op_pids(self, lab: str, node: int, parent: int, inner: list[int]) -> dict[str, int]:
         return {str(k): v for k, v in netlink.host_pids(parent, inner).items()}
 
-    def op_memory(self, pid: int) -> dict | None:
+    def op_memory(self, lab: str, node: int, pid: int) -> dict | None:
         return cgroup_memory(pid, self.proc, self.cgroup)
 
     def op_qdiscs(self) -> dict[str, bool]:
@@ -159,6 +420,7 @@ class Helper:
         if len(shape) != 2:
             raise p.ProtocolError("shape must be [nodes, iphys]")
         addresses = plan_from_dict(topo.Shape(*shape), plan)
+        self.labs.add(lab, recorded)
         return wiring.NodeHandles(
             lab, node, parent_pid, Deferred("node", calls), Deferred("host", calls), addresses,
             Prerecorded(recorded), VethOffloads(main=bool(offloads.get("main")),
@@ -193,13 +455,11 @@ class Helper:
 
     # --- shaping --------------------------------------------------------------------------
 
-    def op_tc(self, function: str, args: list) -> Any:
+    def op_tc(self, lab: str, function: str, args: list) -> Any:
         """A nestednet.adapters.tc function in the host's namespace: the client's
         namespace argument is replaced by this one's (None)."""
         args = list(args)
-        if function in ("apply", "build", "change_batch", "change"):
-            if not args or not isinstance(args[0], list):
-                raise p.ProtocolError(f"tc {function}: first argument must be a list of ops")
+        if function in TC_WITH_OPS:
             args[0] = [TcOp(**op) for op in args[0]]
             namespace_at = 1
         else:
@@ -207,7 +467,54 @@ class Helper:
         if len(args) <= namespace_at:
             raise p.ProtocolError(f"tc {function}: too few arguments")
         args[namespace_at] = None
-        return getattr(tc, function)(*args)
+        result = getattr(tc, function)(*args)
+        if function in ("apply", "build", "port_indexes") and isinstance(result, dict):
+            self.indexes.update(result)
+        return result
+
+    # --- unix sockets of a parent ----------------------------------------------------------
+
+    def connect_socket(self, parent: str, name: str) -> socket.socket:
+        """A connection to ``name`` (protocol.SOCKETS) in ``parent``'s directory, which
+        the parent writes: the path is walked without following links, and the socket
+        reached through a hard link of its inode in the helper's own directory (a unix
+        socket cannot be connected relative to a directory)."""
+        fd = os.open(self.state_dir / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            *dirs, leaf = name.split("/")
+            for part in dirs:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            if not stat.S_ISSOCK(os.stat(leaf, dir_fd=fd, follow_symlinks=False).st_mode):
+                raise EnvironmentProblem(f"{parent}'s {name} is not a unix socket")
+            private = self.private_dir()
+            link = private / f"s{threading.get_ident()}-{time.monotonic_ns()}"
+            os.link(leaf, link, src_dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(fd)
+        target = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            target.connect(str(link))
+        except OSError:
+            target.close()
+            raise
+        finally:
+            link.unlink(missing_ok=True)
+        return target
+
+    def private_dir(self) -> Path:
+        path = self.state_dir / "hostd" / "sockets"
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return path
+
+
+def _lexists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 # --- connections ------------------------------------------------------------------------
@@ -216,6 +523,8 @@ class Helper:
 def error_of(exc: BaseException) -> dict:
     if isinstance(exc, p.ProtocolError):
         return p.failure("protocol", str(exc))
+    if isinstance(exc, Refused):
+        return p.failure("refused", str(exc))
     if isinstance(exc, UsageError):
         return p.failure("usage", str(exc))
     if isinstance(exc, EnvironmentProblem):
@@ -227,54 +536,139 @@ def error_of(exc: BaseException) -> dict:
     return p.failure("internal", f"{type(exc).__name__}: {exc}")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one helper gives its clients at most."""
+
+    connections: int = 1024
+    """Open connections in all (each a thread; a forward holds two sockets)."""
+    per_peer: int = 256
+    """Open connections from one address."""
+    handshakes_per_peer: int = 16
+    """Connections from one address still in their TLS handshake (unauthenticated)."""
+    handshake_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    """Seconds a connection may wait between requests (streams excepted: a forward or
+    a route watch is idle as long as what it carries)."""
+
+
+TCP_ESTABLISHED = 1
+
+
+def client_gone(conn: socket.socket) -> bool:
+    """Whether the peer closed or reset the connection (its TCP state left
+    ESTABLISHED): a batch stops then (TLS would hide the end behind a close_notify)."""
+    try:
+        info = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)
+    except OSError:
+        return True
+    return struct.unpack("B", info)[0] != TCP_ESTABLISHED
+
+
 class Server:
     """Accepts clients on ``address``:``port`` (TLS with client certificates when
     ``context`` is given) and answers each connection's requests in order."""
 
     def __init__(self, helper: Helper, address: str, port: int,
-                 context: ssl.SSLContext | None) -> None:
+                 context: ssl.SSLContext | None, limits: Limits | None = None) -> None:
         self.helper, self.context = helper, context
-        self.listener = socket.create_server((address, port), reuse_port=False, backlog=64)
+        self.limits = limits or Limits()
+        self.listener = socket.create_server((address, port), reuse_port=False, backlog=128)
         self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.open: dict[str, int] = {}
+        self.handshaking: dict[str, int] = {}
 
     def serve_forever(self) -> None:
         while not self.stopping.is_set():
             try:
                 conn, peer = self.listener.accept()
-            except OSError:
+            except OSError as exc:
                 if self.stopping.is_set():
                     return
-                raise
+                log.warning("accept: %s", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.1)
+                continue
+            except Exception:  # the helper outlives any one connection
+                log.exception("accept")
+                continue
+            self._admit(conn, peer[0])
+
+    def _admit(self, conn: socket.socket, peer: str) -> None:
+        limits = self.limits
+        with self.lock:
+            total = sum(self.open.values())
+            full = (total >= limits.connections or self.open.get(peer, 0) >= limits.per_peer
+                    or (self.context is not None
+                        and self.handshaking.get(peer, 0) >= limits.handshakes_per_peer))
+            if not full:
+                self.open[peer] = self.open.get(peer, 0) + 1
+                if self.context is not None:
+                    self.handshaking[peer] = self.handshaking.get(peer, 0) + 1
+        if full:
+            with contextlib.suppress(OSError):
+                conn.close()
+            return
+        try:
             threading.Thread(target=self._connection, args=(conn, peer), daemon=True).start()
+        except Exception as exc:
+            log.warning("%s: no thread for the connection: %s", peer, exc)
+            self._handshake_done(peer)
+            self._closed(peer)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _handshake_done(self, peer: str) -> None:
+        with self.lock:
+            if self.context is not None and self.handshaking.get(peer, 0) > 0:
+                self.handshaking[peer] -= 1
+                if not self.handshaking[peer]:
+                    del self.handshaking[peer]
+
+    def _closed(self, peer: str) -> None:
+        with self.lock:
+            self.open[peer] -= 1
+            if not self.open[peer]:
+                del self.open[peer]
+
+    def connections(self) -> int:
+        with self.lock:
+            return sum(self.open.values())
 
     def close(self) -> None:
         self.stopping.set()
         with contextlib.suppress(OSError):
             self.listener.close()
 
-    def _connection(self, conn: socket.socket, peer: tuple) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.context is not None:
-            conn.settimeout(10)
-            try:
-                conn = self.context.wrap_socket(conn, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                log.warning("refused %s: %s", peer[0], exc)
-                with contextlib.suppress(OSError):
-                    conn.close()
-                return
-            conn.settimeout(None)
+    def _connection(self, conn: socket.socket, peer: str) -> None:
         try:
-            self._requests(conn)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.context is not None:
+                conn.settimeout(self.limits.handshake_timeout)
+                try:
+                    conn = self.context.wrap_socket(conn, server_side=True)
+                except (ssl.SSLError, OSError) as exc:
+                    log.warning("refused %s: %s", peer, exc)
+                    with contextlib.suppress(OSError):
+                        conn.close()
+                    return
+                finally:
+                    self._handshake_done(peer)
+            conn.settimeout(self.limits.idle_timeout)
+            self._requests(conn, client_identity(conn))
         except (p.ProtocolError, OSError) as exc:
-            log.warning("%s: %s", peer[0], exc)
-            with contextlib.suppress(OSError):
+            log.warning("%s: %s", peer, exc)
+            with contextlib.suppress(OSError, p.ProtocolError):
                 conn.sendall(p.encode(error_of(exc)))
+        except Exception:
+            log.exception("%s: connection failed", peer)
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+            self._closed(peer)
 
-    def _requests(self, conn: socket.socket) -> None:
+    def _requests(self, conn: socket.socket, client: str) -> None:
         while True:
             message = p.read_frame(lambda n: recv_exact(conn, n))
             if message is None:
@@ -284,19 +678,29 @@ class Server:
             except p.ProtocolError as exc:
                 conn.sendall(p.encode(error_of(exc)))
                 continue
-            if op == "forward":
-                self._forward(conn, args["parent"], args["socket"])
+            if op in p.STREAMS:
+                try:
+                    self.helper.authorise(op, args, client)
+                except Refused as exc:
+                    conn.sendall(p.encode(error_of(exc)))
+                    continue
+                finally:
+                    self.helper.labs.settle(args["lab"])
+                if op == "forward":
+                    self._forward(conn, args["parent"], args["socket"])
+                else:
+                    self._routes(conn, args["pids"])
                 return
-            if op == "routes":
-                self._routes(conn, args["pids"])
-                return
-            conn.sendall(p.encode(self._answer(op, args)))
+            conn.sendall(p.encode(self._answer(op, args, client, conn), p.MAX_ANSWER))
 
-    def _answer(self, op: str, args: dict) -> dict:
+    def _answer(self, op: str, args: dict, client: str, conn: socket.socket) -> dict:
         if op == "batch":
             results = []
             for i, inner in enumerate(args["requests"]):
-                answered = self._answer(*p.check_request(inner, nested=True))
+                if client_gone(conn):
+                    return p.failure("environment", f"batch stopped at request #{i}: the "
+                                                    "client went")
+                answered = self._answer(*p.check_request(inner, nested=True), client, conn)
                 if not answered["ok"]:
                     error = answered["error"]
                     return p.failure(error["kind"], f"batch request #{i} ({inner['op']}): "
@@ -304,23 +708,20 @@ class Server:
                 results.append(answered["result"])
             return p.answer(results)
         try:
-            return p.answer(self.helper.run(op, args))
+            return p.answer(self.helper.run(op, args, client))
         except Exception as exc:  # every failure goes back to the client, located
-            if not isinstance(exc, (p.ProtocolError, UsageError, EnvironmentProblem,
+            if not isinstance(exc, (p.ProtocolError, Refused, UsageError, EnvironmentProblem,
                                     NetlinkError, OSError)):
                 log.exception("%s failed", op)
             return error_of(exc)
 
     def _forward(self, conn: socket.socket, parent: str, name: str) -> None:
         """The connection becomes a byte stream to one of a parent's unix sockets."""
-        path = self.helper.state_dir / parent / name
-        target = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            target.connect(str(path))
-        except OSError as exc:
-            target.close()
+            target = self.helper.connect_socket(parent, name)
+        except (OSError, EnvironmentProblem) as exc:
             conn.sendall(p.encode(p.failure("environment",
-                                            f"cannot reach {parent}'s {path.name}: {exc}")))
+                                            f"cannot reach {parent}'s {name}: {exc}")))
             return
         conn.sendall(p.encode(p.answer(None)))
         pump(conn, target)
@@ -346,7 +747,8 @@ class Server:
                         continue
                     changes = netlink.route_changes(sock.recv(CHUNK))
                     if changes:
-                        conn.sendall(p.encode({"node": monitors[sock], "changes": changes}))
+                        conn.sendall(p.encode({"node": monitors[sock], "changes": changes},
+                                              p.MAX_ANSWER))
         except OSError:
             return
         finally:

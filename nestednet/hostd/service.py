@@ -16,7 +16,9 @@ bind-mounted below /host, and the host's state directory at its own path. Every
 host's task listens on that host's address only (`--listen-map`: the address by Swarm
 node hostname) on the hosts file's `hostd_port`, with TLS and client
 certificates when the file has `ssl` (the host's key, certificate and the clients' CA
-are the files under ``<state_dir>/pki`` that its OVSDB uses), else plain TCP. Labelled
+are the files under ``<state_dir>/pki`` that its OVSDB uses); plain TCP only when the
+file also says `"insecure": true` (refused otherwise: the helper is root on its host,
+and a plain one takes anyone's requests). Labelled
 ours; its spec's hash is a label too, so preparing again with the same file does
 nothing and with a changed one replaces it.
 """
@@ -32,8 +34,8 @@ import docker.errors
 import docker.types
 
 from nestednet import LABEL_PREFIX
-from nestednet.errors import EnvironmentProblem
-from nestednet.hostd.client import HelperClient, wait_answering
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.hostd.client import INSECURE_HINT, HelperClient, wait_answering
 from nestednet.model.placement import HostSet
 
 LABEL = f"{LABEL_PREFIX}.hostd"
@@ -73,7 +75,11 @@ def command(hosts: HostSet) -> list[str]:
            "--port", str(port_of(hosts)), "--state-dir", state, "--proc", HOST_PROC,
            "--cgroup", HOST_CGROUP]
     if hosts.ssl is None:
-        return [*cmd, "--plain"]
+        if not hosts.insecure:
+            raise UsageError("the hosts file gives no `ssl`: the helper runs as root on every "
+                             "host and would take anyone's requests over plain TCP",
+                             hint=INSECURE_HINT)
+        return [*cmd, "--insecure"]
     key, cert, ca = (f"{state}/{f}" for f in PKI_FILES)
     return [*cmd, "--private-key", key, "--certificate", cert, "--ca-cert", ca]
 
@@ -124,7 +130,8 @@ def prepare(manager: docker.DockerClient, hosts: HostSet, image: str,
     hellos = {}
     deadline = time.monotonic() + timeout
     for host in hosts.hosts:
-        client = HelperClient(host.name, host.address, port_of(hosts), hosts.ssl)
+        client = HelperClient(host.name, host.address, port_of(hosts), hosts.ssl,
+                              insecure=hosts.insecure)
         try:
             hellos[host.name] = wait_answering(client, max(1.0, deadline - time.monotonic()))
         except EnvironmentProblem as exc:

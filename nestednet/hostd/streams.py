@@ -12,13 +12,18 @@ import threading
 CHUNK = 65536
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            break
-        data += chunk
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    """``n`` bytes, or fewer when the stream ends first: read into one buffer (appending
+    to bytes would copy the whole of it per chunk: quadratic in the frame's size)."""
+    data = bytearray(n)
+    got = 0
+    with memoryview(data) as view:
+        while got < n:
+            count = sock.recv_into(view[got:], n - got)
+            if not count:
+                break
+            got += count
+    del data[got:]
     return data
 
 

@@ -41,7 +41,7 @@ LAB_PHASE = "lab networks"
 
 def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
     """Everything about the input that can be wrong, checked before anything is made."""
-    topo.check_lab_name(request.lab)
+    topo.check_new_lab_name(request.lab)
     shape = topo.Shape(request.nodes, request.iphys)
     plan = AddressPlan.for_shape(shape)
     if request.jobs < 1:

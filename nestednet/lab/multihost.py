@@ -272,19 +272,49 @@ def node_ovsdb(lab: str, node: int, host: HostHandle) -> Ovsdb:
     return Ovsdb(f"unix:{host.forward(lab, node, 'ovs/db.sock')}")
 
 
-def apply_switch_calls(calls: list, node_ovs: Ovsdb, host_ovs: Ovsdb | LazyOvsdb) -> None:
+SWITCH_KWARGS = {"external_ids", "ofport", "iface_type", "datapath_type", "protocols",
+                 "fail_mode", "other_config"}
+
+
+def check_switch_call(lab: str, call: Any) -> None:
+    """A switch call the helper handed back is one wiring makes for ``lab``: a known
+    method on the lab's bridge (the node's inside its parent, the lab's main bridge on
+    the host) with the lab's port names; a helper cannot make this machine touch
+    another bridge or port."""
+    if not (isinstance(call, list) and len(call) == 4 and isinstance(call[2], list)
+            and isinstance(call[3], dict)):
+        raise EnvironmentProblem(f"the helper handed back a malformed switch call {call!r}")
+    target, method, args, kwargs = call
+    if method not in protocol.SWITCH_CALLS.get(target, ()) or \
+            (target == "host" and method == "add_bridge"):
+        raise EnvironmentProblem(f"the helper asked for {target}.{method}: not a wiring "
+                                 "call")
+    bridge = topo.node_bridge(lab) if target == "node" else topo.main_bridge(lab)
+    names = {"add_bridge": ([bridge], []), "add_port": ([bridge], [args[1:2]]),
+             "del_port": ([], [args[:1]])}[method]
+    ok = (args[:1] == names[0] if names[0] else True) and all(
+        len(n) == 1 and protocol.is_lab_interface(n[0], lab) for n in names[1]) and \
+        len(args) == (2 if method == "add_port" else 1) and set(kwargs) <= SWITCH_KWARGS
+    if not ok:
+        raise EnvironmentProblem(f"the helper asked for {target}.{method}{tuple(args)}: "
+                                 f"not lab {lab}'s bridge or port")
+
+
+def apply_switch_calls(lab: str, calls: list, node_ovs: Ovsdb,
+                       host_ovs: Ovsdb | LazyOvsdb) -> None:
     """The OVSDB calls the helper's wiring collected (nestednet.hostd.server.Deferred), in
-    order, on the node's switch and the host's."""
+    order, on the node's switch and the host's, each checked first (`check_switch_call`)."""
+    for call in calls:
+        check_switch_call(lab, call)
     for target, method, args, kwargs in calls:
-        if method not in protocol.SWITCH_CALLS.get(target, ()):
-            raise EnvironmentProblem(f"the helper asked for {target}.{method}: not a wiring "
-                                     "call")
         getattr(node_ovs if target == "node" else host_ovs, method)(*args, **kwargs)
 
 
-def helper_pids(host: HostHandle, parent_pid: int, inner: list[int]) -> dict[int, int]:
-    """Pids in a parent's pid namespace -> pids on its host (the helper reads its /proc)."""
-    found = host.helper.call("pids", parent=parent_pid, inner=inner)
+def helper_pids(host: HostHandle, lab: str, node: int, parent_pid: int,
+                inner: list[int]) -> dict[int, int]:
+    """Pids in a parent's pid namespace -> pids on its host (the helper reads its /proc
+    and checks the parent is ``lab``'s node ``node``)."""
+    found = host.helper.call("pids", lab=lab, node=node, parent=parent_pid, inner=inner)
     return {int(k): v for k, v in found.items()}
 
 
@@ -346,7 +376,7 @@ def connect(host: Host, hosts: HostSet) -> HostHandle:
                          hint="e.g. \"engine\": \"ssh://root@ADDRESS\", \"ovsdb\": "
                               "\"ssl:ADDRESS:6641\" (docs/multihost.md, section 3)")
     helper = hostd.HelperClient(host.name, host.address, hostd_service.port_of(hosts),
-                                hosts.ssl)
+                                hosts.ssl, insecure=hosts.insecure)
     try:
         hello = helper.call("hello")
     except EnvironmentProblem:
@@ -416,7 +446,7 @@ class HostLinks(LabLinks):
         if netns is None or not netns.startswith(hostd.HOST_NETNS):
             raise EnvironmentProblem(f"a shaped port of lab {self.lab} names namespace "
                                      f"{netns!r}, not a host of the lab")
-        return hostd.RemoteTc(self._hosts()[netns[len(hostd.HOST_NETNS):]].helper)
+        return hostd.RemoteTc(self._hosts()[netns[len(hostd.HOST_NETNS):]].helper, self.lab)
 
     def where(self, end: topo.Endpoint) -> str:
         return self.dp.host_of(end)
@@ -547,7 +577,7 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
             prefix = f"{host.state_there}/"
             directories = sorted({r.name[len(prefix):] for r in mine if r.kind == DIRECTORY
                                   and r.name.startswith(prefix)
-                                  and protocol.PARENT_DIR.match(r.name[len(prefix):])})
+                                  and protocol.PARENT_DIR.fullmatch(r.name[len(prefix):])})
             if directories:
                 there = set(host.helper.call("state.list", lab=lab))
                 gone = ([d for d in directories if d in there] if dry_run

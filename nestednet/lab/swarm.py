@@ -204,7 +204,7 @@ class SwarmDesign(NodeDesign):
                                 **_wiring_args(lab, node, parent_pid, host, build.shape,
                                                build.plan, names))
         with mh.node_ovsdb(lab, node, host) as node_ovs:
-            mh.apply_switch_calls(done["ovs"], node_ovs, host.ovs)
+            mh.apply_switch_calls(lab, done["ovs"], node_ovs, host.ovs)
 
     def close(self) -> None:
         # The archive stays (one per image id): the next create loads it without a save.
@@ -234,7 +234,8 @@ class SwarmDesign(NodeDesign):
             return entry
         entry["state"] = parent.status
         pid_there = int(parent.attrs["State"].get("Pid") or 0)
-        memory = host.helper.call("memory", pid=pid_there) if pid_there else None
+        memory = (host.helper.call("memory", lab=lab.record.lab, node=number, pid=pid_there)
+                  if pid_there else None)
         entry["memory_mb"] = round(memory["used"] / MB, 1) if memory else None
         states = {}
         if parent.status == "running":
@@ -308,7 +309,7 @@ class SwarmDesign(NodeDesign):
                                 **_wiring_args(lab.record.lab, number, parent_pid, host,
                                                lab.shape, plan, names))
         with mh.node_ovsdb(lab.record.lab, number, host) as node_ovs:
-            mh.apply_switch_calls(done["ovs"], node_ovs, host.ovs)
+            mh.apply_switch_calls(lab.record.lab, done["ovs"], node_ovs, host.ovs)
         inner = mh.inner_engine(lab.record.lab, number, host)
         try:
             start_routing(inner, strategies.named(lab.meta.get("routing", "none")), plan,
@@ -324,7 +325,8 @@ class SwarmDesign(NodeDesign):
                 host, parent, _inner, child):
             parent_pid = int(parent.attrs["State"]["Pid"])
             inner_pid = int(child.attrs["State"]["Pid"])
-            return mh.helper_pids(host, parent_pid, [inner_pid])[inner_pid]
+            return mh.helper_pids(host, lab.record.lab, number, parent_pid,
+                                  [inner_pid])[inner_pid]
 
     def route_sources(self, lab: Lab) -> list:
         """One stream per host from its helper, which watches its nodes' GNABs."""
@@ -332,7 +334,7 @@ class SwarmDesign(NodeDesign):
         for number in lab.shape.node_numbers():
             by_host.setdefault(self._host(lab, number).name, {})[number] = \
                 self.gnab_pid(lab, number)
-        return [hostd.RouteStream(self.hosts[name].helper, pids)
+        return [hostd.RouteStream(self.hosts[name].helper, lab.record.lab, pids)
                 for name, pids in sorted(by_host.items())]
 
     def links(self, record: LabRecord) -> mh.HostLinks:

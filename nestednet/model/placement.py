@@ -69,6 +69,10 @@ class HostSet:
     state_dir: str | None = None
     """The directory on every host holding the parents' state directories and the
     helper's PKI files; None: the helper's default."""
+    insecure: bool = False
+    """Without `ssl`: the file says plainly that the hosts' helpers (root services) and
+    OVSDB are reached over plain TCP with no authentication (hosts file `insecure`).
+    Without either, the helper is neither started nor used."""
 
     def names(self) -> list[str]:
         return [h.name for h in self.hosts]
@@ -116,7 +120,8 @@ def hosts_from_doc(doc: Any, source: str = "hosts file") -> HostSet:
                               h.get("capacity"), h.get("emulated")) for h in doc["hosts"]),
                    doc.get("vni"), doc.get("openflow_port"),
                    Tls(ssl["private_key"], ssl["certificate"], ssl["ca_cert"])
-                   if ssl is not None else None, doc.get("hostd_port"), doc.get("state_dir"))
+                   if ssl is not None else None, doc.get("hostd_port"), doc.get("state_dir"),
+                   insecure=bool(doc.get("insecure", False)))
 
 
 def load_hosts(path: Path) -> HostSet:
@@ -202,4 +207,5 @@ def hosts_doc(hosts: HostSet) -> dict[str, Any]:
                if hosts.openflow_port is not None else {}),
             **({"ssl": vars(hosts.ssl)} if hosts.ssl is not None else {}),
             **({"hostd_port": hosts.hostd_port} if hosts.hostd_port is not None else {}),
-            **({"state_dir": hosts.state_dir} if hosts.state_dir is not None else {})}
+            **({"state_dir": hosts.state_dir} if hosts.state_dir is not None else {}),
+            **({"insecure": True} if hosts.insecure else {})}

@@ -14,6 +14,12 @@ from nestednet.errors import UsageError
 
 DEFAULT_LAB = "nn"
 LAB_NAME_RE = re.compile(r"[a-z][a-z0-9]{0,7}")
+RESERVED_LAB_RE = re.compile(
+    r"(br|ovs|docker|veth|kube|cni|flannel|virbr|lxc|lxcbr|cali|cilium|weave|vxlan|genev|"
+    r"podman|tun|tap|wg|vnet|eth|lo|nm)[0-9]*")
+"""Lab names refused for new labs and by the per-host helper: ``<lab>-`` would prefix
+interfaces other software makes (Docker's ``br-<hex>``, ``ovs-system``, ``kube-ipvs0``,
+``cni-podman0``, ``virbr0-nic``...), which a lab's delete would then match."""
 MAX_NODES = 999
 """Node numbers are at most three digits in host interface names."""
 MAX_IPHYS = 99
@@ -33,6 +39,17 @@ def check_lab_name(name: str) -> str:
         raise UsageError(
             f"bad lab name {name!r}: use a lower-case letter then up to 7 letters or digits "
             "(it prefixes host interface names, which Linux limits to 15 characters)")
+    return name
+
+
+def check_new_lab_name(name: str) -> str:
+    """`check_lab_name`, and not a name whose ``<name>-`` prefixes other software's
+    interfaces (RESERVED_LAB_RE): what `create` takes."""
+    check_lab_name(name)
+    if RESERVED_LAB_RE.fullmatch(name):
+        raise UsageError(f"bad lab name {name!r}: reserved, since interfaces named "
+                         f"{name}-... belong to other software (Docker, OVS, Kubernetes, "
+                         "libvirt...) and a lab's delete removes its name's interfaces")
     return name
 
 

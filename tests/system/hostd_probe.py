@@ -155,7 +155,7 @@ def main() -> int:
                 done = handle.helper.call("wire.component", component=1, inner_pid=child,
                                           **args)
                 with mh.node_ovsdb(LAB, 2, handle) as node_ovs:
-                    mh.apply_switch_calls(done["ovs"], node_ovs, handle.ovs)
+                    mh.apply_switch_calls(LAB, done["ovs"], node_ovs, handle.ovs)
 
             rewire["direct"].append(timed(direct))
             rewire["helper"].append(timed(helper))

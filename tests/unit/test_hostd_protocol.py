@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ GOOD_VXLAN = {"lab": "mh", "name": "mh-t1", "vni": 7001, "local": "10.0.0.1",
      "'docker0' is not one of lab mh's"),
     ({"op": "link.delete", "args": {"lab": "mhx", "names": ["mh-1x1"]}}, "not one of lab"),
     ({"op": "link.delete", "args": {"lab": "MH", "names": []}}, "not a lab name"),
-    ({"op": "link.delete", "args": {"lab": "mh", "names": "mh-1x1"}}, "list of str"),
+    ({"op": "link.delete", "args": {"lab": "mh", "names": "mh-1x1"}}, "list of at most 4096 str"),
     ({"op": "state.remove", "args": {"lab": "mh", "names": [".."]}}, "not a parent directory"),
     ({"op": "state.remove", "args": {"lab": "mh", "names": ["mh-n1/../../etc"]}},
      "not a parent directory"),
@@ -87,9 +88,11 @@ GOOD_VXLAN = {"lab": "mh", "name": "mh-t1", "vni": 7001, "local": "10.0.0.1",
      "is not one of docker.sock"),
     ({"op": "forward", "args": {"lab": "mh", "parent": "/var/run", "socket": "docker.sock"}},
      "is not a parent of lab mh"),
-    ({"op": "tc", "args": {"function": "__import__", "args": []}}, "is not one of"),
-    ({"op": "memory", "args": {"pid": 0}}, "pid must be a positive integer"),
-    ({"op": "routes", "args": {"pids": {"n1": 5}}}, "digit-string keys"),
+    ({"op": "tc", "args": {"lab": "mh", "function": "__import__", "args": []}},
+     "is not one of"),
+    ({"op": "memory", "args": {"lab": "mh", "node": 1, "pid": 0}},
+     "pid must be a positive integer"),
+    ({"op": "routes", "args": {"lab": "mh", "pids": {"n1": 5}}}, "digit-string keys"),
     ({"op": "batch", "args": {"requests": [{"op": "forward", "args": {}}]}},
      "request #0: op forward: not allowed inside a batch"),
     ({"op": "batch", "args": {"requests": [{"op": "hello", "args": {}}, 5]}},
@@ -108,7 +111,7 @@ def test_good_requests_pass_and_the_client_builds_only_good_ones():
                                                                           GOOD_VXLAN)
     assert p.check_request(p.request("forward", lab="mh", parent="mh-n12",
                                      socket="ovs/db.sock"))[0] == "forward"
-    assert p.check_request(p.request("routes", pids={"1": 4242}))[0] == "routes"
+    assert p.check_request(p.request("routes", lab="mh", pids={"1": 4242}))[0] == "routes"
     with pytest.raises(p.ProtocolError):
         p.request("state.mkdir", lab="mh", name="mh-n0")
 
@@ -120,8 +123,10 @@ class FakeHelper:
         self.state_dir = Path("/nonexistent")
         self.seen: list[tuple[str, dict]] = []
 
-    def run(self, op: str, args: dict):
+    def run(self, op: str, args: dict, client: str = server.INSECURE):
         self.seen.append((op, args))
+        if op == "qdiscs":
+            time.sleep(0.02)
         if op == "link.exists":
             return {n: n == "lo" for n in args["names"]}
         if op == "link.delete":
@@ -138,7 +143,7 @@ def loopback():
     port = srv.listener.getsockname()[1]
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    client = HelperClient("hostA", "127.0.0.1", port, None, timeout=5)
+    client = HelperClient("hostA", "127.0.0.1", port, None, timeout=5, insecure=True)
     yield helper, client, port
     client.close()
     srv.close()
@@ -187,18 +192,19 @@ def test_a_broken_frame_closes_only_that_connection(loopback):
 def test_remote_tc_sends_ops_as_dicts_and_no_namespace(loopback):
     _helper, client, _port = loopback
     op = TcOp("mh-1x1", "add", "htb", "1:0", {"default": 1}, "root")
-    sent = RemoteTc(client).build([op], "hostd:hostA", ["mh-1x1"], ["mh-1x1"], "nestednet")
+    sent = RemoteTc(client, "mh").build([op], "hostd:hostA", ["mh-1x1"], ["mh-1x1"],
+                                        "nestednet")
     assert sent == {"function": "build", "args": [[op.as_dict()], None, ["mh-1x1"],
                                                   ["mh-1x1"], "nestednet"]}
     with pytest.raises(AttributeError):
-        getattr(RemoteTc(client), "system")  # noqa: B009 (the refusal is the point)
+        getattr(RemoteTc(client, "mh"), "system")  # noqa: B009 (the refusal is the point)
 
 
 def test_no_helper_is_an_environment_problem_naming_the_host_and_the_fix():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = HelperClient("hostB", "127.0.0.1", port, None, timeout=2)
+    client = HelperClient("hostB", "127.0.0.1", port, None, timeout=2, insecure=True)
     with pytest.raises(EnvironmentProblem, match="host hostB: no helper at") as err:
         client.call("hello")
     assert "hosts prepare" in (err.value.hint or "")
@@ -230,15 +236,15 @@ def test_the_helper_service_listens_per_host_and_takes_tls_files_from_the_state_
     spec = service.spec(hosts, "nestednet/hostd:t")
     cmd = spec["command"]
     assert cmd[cmd.index("--listen-map") + 1] == "a=10.0.0.1,b=10.0.0.2"
-    assert cmd[cmd.index("--port") + 1] == "6650" and "--plain" not in cmd
+    assert cmd[cmd.index("--port") + 1] == "6650" and "--insecure" not in cmd
     assert [cmd[cmd.index(f) + 1] for f in ("--private-key", "--certificate", "--ca-cert")] \
         == ["/srv/nn/pki/host-privkey.pem", "/srv/nn/pki/host-cert.pem",
             "/srv/nn/pki/controllerca.pem"]
     assert ["/srv/nn", "/srv/nn", False] in spec["mounts"]
     assert ["/proc", service.HOST_PROC, False] in spec["mounts"]
     assert ["/sys/fs/cgroup", service.HOST_CGROUP, True] in spec["mounts"]
-    plain = pl.HostSet(hosts.hosts)
-    assert "--plain" in service.command(plain) and service.port_of(plain) == 6651
+    plain = pl.HostSet(hosts.hosts, insecure=True)
+    assert "--insecure" in service.command(plain) and service.port_of(plain) == 6651
     assert service.service_name(plain) != service.service_name(hosts)
     assert service.state_dir_of(plain) == service.DEFAULT_STATE_DIR
     assert service.spec_hash(spec) == service.spec_hash(service.spec(hosts, "nestednet/hostd:t"))
@@ -250,8 +256,8 @@ def test_the_helper_picks_its_address_from_the_listen_map_by_node_name(monkeypat
 
     monkeypatch.setenv("NESTEDNET_HOSTD_NODE", "c")
     assert cli.main(["--listen-map", "a=10.0.0.1,b=10.0.0.2", "--port", "7000",
-                     "--state-dir", "/tmp", "--plain"]) == 1
+                     "--state-dir", "/tmp", "--insecure"]) == 1
     assert "host c is not in --listen-map (a, b)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--listen", "127.0.0.1", "--port", "7000", "--state-dir", "/tmp"])
-    assert exit_.value.code == 2, "neither TLS files nor --plain"
+    assert exit_.value.code == 2, "neither TLS files nor --insecure"
