@@ -101,7 +101,8 @@ class EmulatedHosts:
     """Handles as a lab opens them (`multihost.connect`, over the network and the
     plain helper)."""
     hostset: HostSet
-    """The hosts file with plain TCP: engines, OVSDB on tcp:, the plain helper."""
+    """The hosts file with plain TCP (`insecure`): engines, OVSDB on tcp:, the plain
+    helper."""
     ssl_hostset: HostSet
     """The same with `ssl`: OVSDB on ssl:, the TLS helper."""
     manager: docker.DockerClient
@@ -213,8 +214,8 @@ def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> 
     hostset = HostSet(tuple(Host(n, a, engine=f"unix://{root / n}/docker.sock",
                                  ovsdb=control.ovsdb(a, secure=False), emulated=n)
                             for n, a in zip(names, addresses, strict=True)),
-                      state_dir=STATE_DIR)
-    ssl_hostset = replace(hostset, ssl=control.tls, hosts=tuple(
+                      state_dir=STATE_DIR, insecure=True)
+    ssl_hostset = replace(hostset, ssl=control.tls, insecure=False, hosts=tuple(
         replace(h, ovsdb=control.ovsdb(h.address, secure=True)) for h in hostset.hosts))
     t0 = time.monotonic()
     manager = mh.swarm_manager({n: SimpleNamespace(engine=docker.DockerClient(

@@ -70,14 +70,16 @@ def round_trips(hosts: emulated_hosts.EmulatedHosts) -> dict[str, str]:
     out = {}
     for label, hostset in (("plain", hosts.hostset), ("tls", hosts.ssl_hostset)):
         h = hostset.hosts[1]
-        client = HelperClient(h.name, h.address, service.port_of(hostset), hostset.ssl)
+        client = HelperClient(h.name, h.address, service.port_of(hostset), hostset.ssl,
+                              insecure=hostset.insecure)
         client.call("hello")
         kept = [timed(lambda c=client: c.call("hello")) for _ in range(REPEATS * 4)]
         client.close()
         fresh = []
         for _ in range(REPEATS):
             def once(h=h, hostset=hostset) -> None:
-                c = HelperClient(h.name, h.address, service.port_of(hostset), hostset.ssl)
+                c = HelperClient(h.name, h.address, service.port_of(hostset), hostset.ssl,
+                                 insecure=hostset.insecure)
                 c.call("hello")
                 c.close()
             fresh.append(timed(once))

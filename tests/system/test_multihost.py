@@ -86,8 +86,9 @@ def addr(node: int, iphy: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def hosts():
-    emulated = emulated_hosts.start(f"nestednet-emu-{images.IMAGE_TAG}")
+def hosts(emulated):
+    """The session's emulated hosts (tests/system/conftest.py: shared with
+    test_hostd_security.py)."""
     try:
         yield emulated
     finally:
@@ -95,7 +96,6 @@ def hosts():
         for lab in (LAB, CRASH, OPTIONS, DIRECT):
             if LabRecord(lab).exists():
                 nn("delete", "--lab", lab)
-        emulated.close()
 
 
 @pytest.fixture(scope="module")
@@ -835,13 +835,15 @@ def test_helper_takes_only_the_pkis_clients(hosts):
     # then the refusal comes as the first read fails.
     for bad, why in ((not_a_client, "TLS with the helper|helper connection failed"),
                      (wrong_ca, "TLS with the helper"), (None, "helper connection failed")):
-        client = HelperClient(h0.name, h0.address, port, bad, timeout=10)
+        client = HelperClient(h0.name, h0.address, port, bad, timeout=10,
+                              insecure=bad is None)
         try:
             with pytest.raises(EnvironmentProblem, match=why):
                 client.call("hello")
         finally:
             client.close()
-    plain = HelperClient(h0.name, h0.address, service.port_of(hosts.hostset), None)
+    plain = HelperClient(h0.name, h0.address, service.port_of(hosts.hostset), None,
+                         insecure=True)
     try:
         with pytest.raises(HelperError, match="is not one of lab mh's"):
             plain.pipeline([{"op": "link.delete", "args": {"lab": "mh", "names": ["eth0"]}}])
