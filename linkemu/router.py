@@ -2,8 +2,11 @@
 bridge connected to it, and its addressing configured through REST.
 
 `start` spawns os-ken's manager (through nestednet.adapters.os_ken_compat, so the shim is in
-place) with OpenFlow and REST bound to 127.0.0.1 only, records what it started in
-``<state dir>/router.json`` before anything else can fail, points the bridge at it
+place) with OpenFlow and REST on unix sockets in the state directory (``of.sock``,
+``rest.sock``), which is root's alone (0700): no other local user can reach the router's
+API or pose as its switch, and no web page can send it a request (there is no TCP
+port). It records what it started in ``<state dir>/router.json`` (0600) before anything
+else can fail, points the bridge at it
 (OpenFlow 1.3, through OVSDB) and waits until REST answers and the bridge's datapath
 has joined. `stop` undoes exactly that: it signals only the process it recorded
 (checked against its command line, so a recycled pid is never hit) and removes only
@@ -18,7 +21,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,20 +29,19 @@ from pathlib import Path
 from linkemu.router_api import RouterApi
 from linkemu.router_plan import RouterPlan
 from nestednet.adapters import os_ken_compat
+from nestednet.adapters.files import open_private, private_dir, write_private
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.vm import in_full_kernel_vm
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 
-LOOPBACK = "127.0.0.1"
-DEFAULT_OFP_PORT = 16653
-"""Not 6633/6653: a controller someone else runs on the default ports must not be hit."""
-DEFAULT_REST_PORT = 18081
-"""Not 8080, os-ken's default, for the same reason."""
 DEFAULT_STATE_DIR = "/var/lib/nestednet/linkemu"
+OFP_SOCKET = "of.sock"
+REST_SOCKET = "rest.sock"
 START_TIMEOUT = 60.0
 """Seconds to wait for the router to come up: ~1 s on a host. In the software-emulated
 full-kernel VM, importing os-ken alone took 67 s, so there it is VM_START_TIMEOUT."""
 VM_START_TIMEOUT = 600.0
+UNIX_PATH_MAX = 107
 STATE_FILE = "router.json"
 LOG_FILE = "router.log"
 
@@ -57,8 +58,8 @@ class RouterState:
     pid: int
     argv: list[str]
     bridge: str
-    ofp_port: int
-    rest_port: int
+    ofp_socket: str
+    rest_socket: str
     log: str
     controller: str
     started_at: float
@@ -70,7 +71,7 @@ class RouterState:
     configured: dict | None = None
 
     def api(self, timeout: float = 10.0) -> RouterApi:
-        return RouterApi(LOOPBACK, self.rest_port, timeout=timeout)
+        return RouterApi(self.rest_socket, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ class RouterStatus:
             "running": self.running, "healthy": self.healthy, "problems": list(self.problems),
             "pid": s.pid if s else None, "bridge": s.bridge if s else None,
             "dpid": s.dpid if s else None,
-            "openflow": f"tcp:{LOOPBACK}:{s.ofp_port}" if s else None,
-            "rest": f"http://{LOOPBACK}:{s.rest_port}" if s else None,
+            "openflow": s.controller if s else None,
+            "rest": f"unix:{s.rest_socket}" if s else None,
             "log": s.log if s else None,
             "start_seconds": s.start_seconds if s else None,
             "router": self.router, "routes_pending": list(self.routes_pending),
@@ -103,20 +104,19 @@ def load_state(directory: str | Path | None = None) -> RouterState | None:
     path = state_dir(directory) / STATE_FILE
     try:
         data = json.loads(path.read_text())
+        return RouterState(**data)
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, TypeError) as exc:
         raise EnvironmentProblem(f"router state {path} unreadable: {exc}",
-                                 hint="inspect it; remove it if no router runs") from exc
-    return RouterState(**data)
+                                 hint="inspect it; remove it if no router runs (a record "
+                                      "of a router on TCP ports is an older linkemu's)"
+                                 ) from exc
 
 
 def _save_state(state: RouterState, directory: str | Path | None) -> None:
-    path = state_dir(directory) / STATE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
-    tmp.replace(path)
+    path = private_dir(state_dir(directory)) / STATE_FILE
+    write_private(path, json.dumps(asdict(state), indent=2))
 
 
 def _drop_state(directory: str | Path | None) -> None:
@@ -141,16 +141,6 @@ def process_alive(pid: int, argv: list[str]) -> bool:
     return [c.decode(errors="replace") for c in cmdline if c] == argv
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
 def _log_tail(path: str, lines: int = 8) -> str:
     try:
         text = Path(path).read_text(errors="replace").strip().splitlines()
@@ -162,42 +152,40 @@ def _log_tail(path: str, lines: int = 8) -> str:
 # --- start / stop / status -------------------------------------------------------
 
 
-def start(bridge: str, *, ofp_port: int = DEFAULT_OFP_PORT, rest_port: int = DEFAULT_REST_PORT,
-          directory: str | Path | None = None, timeout: float | None = None) -> RouterState:
+def start(bridge: str, *, directory: str | Path | None = None,
+          timeout: float | None = None) -> RouterState:
     """Run rest_router for ``bridge`` and wait until the bridge has joined it."""
     if timeout is None:
         timeout = VM_START_TIMEOUT if in_full_kernel_vm() else START_TIMEOUT
-    if ofp_port == rest_port:
-        raise UsageError(f"OpenFlow and REST ports must differ (both {ofp_port})")
     existing = load_state(directory)
     if existing is not None:
         if process_alive(existing.pid, existing.argv):
             raise EnvironmentProblem(
                 f"a router already runs (pid {existing.pid}, bridge {existing.bridge}, "
-                f"REST port {existing.rest_port})", hint="`linkemu router stop` first")
+                f"REST unix:{existing.rest_socket})", hint="`linkemu router stop` first")
         stop(directory)  # a stale record: undo what it says (controller), then start afresh
     with Ovsdb() as db:
         if not db.bridge_exists(bridge):
             raise EnvironmentProblem(f"Open vSwitch bridge {bridge} does not exist",
                                      hint="`linkemu testbed up` builds one, or pass --bridge")
-    for name, port in (("OpenFlow", ofp_port), ("REST", rest_port)):
-        if not _port_free(port):
-            raise EnvironmentProblem(f"{name} port {LOOPBACK}:{port} is already in use",
-                                     hint=f"choose another with --{name.lower()}-port"
-                                     .replace("openflow", "ofp"))
-    directory_path = state_dir(directory)
-    directory_path.mkdir(parents=True, exist_ok=True)
+    directory_path = private_dir(state_dir(directory)).resolve()
+    ofp_socket, rest_socket = (str(directory_path / n) for n in (OFP_SOCKET, REST_SOCKET))
+    if len(ofp_socket.encode()) > UNIX_PATH_MAX:
+        raise UsageError(f"state directory {directory_path} is too long for a unix socket "
+                         f"path ({UNIX_PATH_MAX} bytes)", hint="choose a shorter --state-dir")
+    for path in (ofp_socket, rest_socket):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # left by a router that died (ours: the directory is root's)
     log = str(directory_path / LOG_FILE)
-    argv = os_ken_compat.manager_command(ofp_host=LOOPBACK, ofp_port=ofp_port,
-                                         rest_host=LOOPBACK, rest_port=rest_port)
+    argv = os_ken_compat.manager_command(ofp_socket=ofp_socket, rest_socket=rest_socket)
     began = time.monotonic()
-    with open(log, "ab") as log_file:
+    with open_private(log, append=True) as log_file:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
                                    stderr=subprocess.STDOUT, start_new_session=True,
                                    env=os_ken_compat.manager_environment())
-    state = RouterState(pid=process.pid, argv=argv, bridge=bridge, ofp_port=ofp_port,
-                        rest_port=rest_port, log=log,
-                        controller=f"tcp:{LOOPBACK}:{ofp_port}", started_at=time.time())
+    state = RouterState(pid=process.pid, argv=argv, bridge=bridge, ofp_socket=ofp_socket,
+                        rest_socket=rest_socket, log=log, controller=f"unix:{ofp_socket}",
+                        started_at=time.time())
     _save_state(state, directory)
     try:
         _wait(lambda: state.api(timeout=2).answering(), process, state, timeout,
@@ -316,7 +304,7 @@ def status(directory: str | Path | None = None) -> RouterStatus:
     router = None
     pending: tuple[str, ...] = ()
     if not api.answering():
-        problems.append(f"REST API not answering on {LOOPBACK}:{state.rest_port}")
+        problems.append(f"REST API not answering on unix:{state.rest_socket}")
     elif not state.dpid or not api.connected(state.dpid):
         problems.append(f"bridge {state.bridge} (datapath {state.dpid or '?'}) is not "
                         "connected to the router")

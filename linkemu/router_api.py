@@ -10,9 +10,9 @@ values are checked here before they are sent, and a 500 is still explained.
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
+import socket
 from dataclasses import dataclass
 from ipaddress import AddressValueError, IPv4Address, IPv4Interface, NetmaskValueError
 from typing import Any
@@ -38,11 +38,30 @@ class RouterData:
                            for d, (_, g) in sorted(self.routes.items())]}
 
 
-class RouterApi:
-    """One rest_router instance at ``http://host:port``."""
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (where linkemu.router serves rest_router)."""
 
-    def __init__(self, host: str, port: int, *, timeout: float = 10.0) -> None:
-        self.base = f"http://{host}:{port}"
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class RouterApi:
+    """One rest_router instance, at a unix socket (``unix:PATH``)."""
+
+    def __init__(self, socket_path: str, *, timeout: float = 10.0) -> None:
+        self.socket_path = str(socket_path)
+        self.base = f"unix:{self.socket_path}"
         self.timeout = timeout
 
     # --- reads -------------------------------------------------------------------
@@ -143,34 +162,40 @@ class RouterApi:
 
     def _request(self, method: str, path: str, body: dict[str, str] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
         what = f"{method} {path}" + (f" {json.dumps(body)}" if body is not None else "")
+        connection = _UnixConnection(self.socket_path, self.timeout)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raw = exc.read().decode(errors="replace")
-            if exc.code == 404:
-                raise NotConnected(_details(raw) or raw.strip()) from None
-            if exc.code == 500:
-                last = (raw.strip().splitlines() or ["(empty reply)"])[-1]
-                raise UsageError(
-                    f"router rejected {what}: HTTP 500 ({last}). rest_router crashes instead "
-                    "of answering when a value is malformed",
-                    hint="check the addresses; the router log has the full traceback") from None
-            if exc.code == 400:
-                raise UsageError(f"router rejected {what}: {_details(raw) or raw.strip()}") \
-                    from None
-            raise EnvironmentProblem(f"router at {self.base} answered HTTP {exc.code} to "
-                                     f"{what}: {raw.strip()[:200]}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise EnvironmentProblem(f"router REST API not answering at {self.base}: {reason}",
+            connection.request(method, path, body=data,
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            status, payload = response.status, response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise EnvironmentProblem(f"router REST API not answering at {self.base}: {exc}",
                                      hint=_HINT_START) from None
+        finally:
+            connection.close()
+        try:
+            if status < 400:
+                return json.loads(payload or b"null")
         except json.JSONDecodeError as exc:
             raise EnvironmentProblem(f"router at {self.base} sent a non-JSON reply to "
                                      f"{what}: {exc}") from None
+        self._refused(status, payload.decode(errors="replace"), what)
+
+    def _refused(self, code: int, raw: str, what: str) -> None:
+        """A reply of HTTP ``code`` >= 400, as the error it means."""
+        if code == 404:
+            raise NotConnected(_details(raw) or raw.strip())
+        if code == 500:
+            last = (raw.strip().splitlines() or ["(empty reply)"])[-1]
+            raise UsageError(
+                f"router rejected {what}: HTTP 500 ({last}). rest_router crashes instead "
+                "of answering when a value is malformed",
+                hint="check the addresses; the router log has the full traceback")
+        if code == 400:
+            raise UsageError(f"router rejected {what}: {_details(raw) or raw.strip()}")
+        raise EnvironmentProblem(f"router at {self.base} answered HTTP {code} to "
+                                 f"{what}: {raw.strip()[:200]}")
 
 
 class NotConnected(EnvironmentProblem):

@@ -18,6 +18,7 @@ from typing import Any
 from linkemu import linksfile, router, router_plan
 from linkemu.model import DIRECTIONS, EmulatedLinks, Link, LinkShape
 from nestednet.adapters import tc
+from nestednet.adapters.files import private_dir, write_private
 from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.model import tcplan, units
@@ -62,10 +63,8 @@ def load_state() -> Applied | None:
 
 def save_state(applied: Applied) -> None:
     path = state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(applied.as_dict(), indent=2))
-    tmp.replace(path)
+    private_dir(path.parent)
+    write_private(path, json.dumps(applied.as_dict(), indent=2))
 
 
 def require_state() -> Applied:

@@ -24,6 +24,7 @@ from pathlib import Path
 from linkemu import router, router_plan
 from linkemu.model import EmulatedLinks, Emulator, Link, LinkShape, RouterSide
 from nestednet.adapters import netlink
+from nestednet.adapters.files import private_dir, write_private
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import is_root, ovs_datapath
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
@@ -148,10 +149,8 @@ class _Record:
         self.save()
 
     def save(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2))
-        tmp.replace(self.path)
+        private_dir(self.directory)
+        write_private(self.path, json.dumps(self.data, indent=2))
 
 
 # --- up ---------------------------------------------------------------------------
@@ -177,15 +176,13 @@ class Testbed:
                          "address": str(lay.client_ip(i).ip)}
                         for i in range(1, lay.clients + 1)],
             "router": {"pid": self.router.pid, "dpid": self.router.dpid,
-                       "rest": f"http://{router.LOOPBACK}:{self.router.rest_port}",
+                       "rest": f"unix:{self.router.rest_socket}",
                        "openflow": self.router.controller, "plan": self.plan.as_dict()},
             "links_file": str(self.links_file), "timings_s": self.timings,
         }
 
 
 def up(layout: Layout, *, directory: str | Path | None = None,
-       ofp_port: int = router.DEFAULT_OFP_PORT,
-       rest_port: int = router.DEFAULT_REST_PORT,
        start_timeout: float | None = None) -> Testbed:
     """Build the testbed; on any failure remove what was built and re-raise."""
     where = router.state_dir(directory)
@@ -221,8 +218,7 @@ def up(layout: Layout, *, directory: str | Path | None = None,
         step = time.monotonic()
         # Recorded once started: a failed start cleans up after itself, and a router
         # someone started earlier in this state dir must not be stopped by our rollback.
-        state = router.start(layout.bridge, ofp_port=ofp_port, rest_port=rest_port,
-                             directory=where, timeout=start_timeout)
+        state = router.start(layout.bridge, directory=where, timeout=start_timeout)
         record.add("router", "router")
         timings["router_start"] = round(time.monotonic() - step, 3)
         configured = router.configure(plan, where)

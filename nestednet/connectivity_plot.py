@@ -21,11 +21,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nestednet.adapters import files
 from nestednet.errors import UsageError
 from nestednet.model import events as ev
 from nestednet.model.line_of_sight import Pair, Position
@@ -168,7 +170,8 @@ def render_png(frame: Frame, path: str | Path, *, dpi: int = 110,
     figure, axes = _figure()
     scale = _colour_scale(figure, [frame])
     _draw(axes, frame, bounds or _bounds([frame]), scale)
-    _save(lambda: figure.savefig(str(path), dpi=dpi), path)
+    _save(lambda: files.replace_privately(path, lambda f: figure.savefig(f, format="png",
+                                                                        dpi=dpi)), path)
 
 
 def render_gif(frames: Sequence[Frame], path: str | Path, *, dpi: int = 80,
@@ -182,11 +185,16 @@ def render_gif(frames: Sequence[Frame], path: str | Path, *, dpi: int = 80,
     writer = PillowWriter(fps=1.0 / seconds_per_frame)
 
     def write() -> None:
-        with writer.saving(figure, str(path), dpi):
-            for frame in frames:
-                axes.clear()
-                _draw(axes, frame, bounds, scale)
-                writer.grab_frame()
+        # Drawn in a directory of its own, then moved in without following a link at
+        # ``path`` (files.replace_privately).
+        with tempfile.TemporaryDirectory(prefix="nestednet-gif-") as work:
+            drawn = Path(work) / "out.gif"
+            with writer.saving(figure, str(drawn), dpi):
+                for frame in frames:
+                    axes.clear()
+                    _draw(axes, frame, bounds, scale)
+                    writer.grab_frame()
+            files.replace_privately(path, lambda f: f.write(drawn.read_bytes()))
 
     _save(write, path)
 

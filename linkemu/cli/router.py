@@ -15,12 +15,6 @@ STATE_DIR_OPTION = click.option(
     "--state-dir", envvar="LINKEMU_STATE_DIR", default=router.DEFAULT_STATE_DIR,
     show_default=True, type=click.Path(file_okay=False),
     help="Where linkemu records what it started (env LINKEMU_STATE_DIR).")
-OFP_PORT_OPTION = click.option(
-    "--ofp-port", type=click.IntRange(1, 65535), default=router.DEFAULT_OFP_PORT,
-    show_default=True, help="OpenFlow port the router listens on (127.0.0.1 only).")
-REST_PORT_OPTION = click.option(
-    "--rest-port", type=click.IntRange(1, 65535), default=router.DEFAULT_REST_PORT,
-    show_default=True, help="REST API port of the router (127.0.0.1 only).")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 START_TIMEOUT_OPTION = click.option(
     "--start-timeout", type=click.FloatRange(1), default=None,
@@ -36,8 +30,11 @@ def register(group: click.Group) -> None:
 def router_group() -> None:
     """Run the os-ken (Ryu) rest_router app that makes the emulator bridge a router.
 
-    OpenFlow and REST listen on 127.0.0.1 only. `linkemu apply` (and `linkemu testbed
-    up`) configure its addresses and routes; these commands run and inspect it.
+    OpenFlow and REST listen on unix sockets in the state directory (of.sock,
+    rest.sock), which only root can enter: no other user reaches the router. `linkemu
+    apply` (and `linkemu testbed up`) configure its addresses and routes; these commands
+    run and inspect it (by hand: `curl --unix-socket STATE_DIR/rest.sock
+    http://localhost/router/all`).
     """
 
 
@@ -45,25 +42,21 @@ def router_group() -> None:
 @click.option("--bridge", default=Emulator().bridge, show_default=True,
               help="Open vSwitch bridge to connect (OpenFlow 1.3). Its ports must exist "
                    "already: rest_router learns them when the bridge joins.")
-@OFP_PORT_OPTION
-@REST_PORT_OPTION
 @START_TIMEOUT_OPTION
 @STATE_DIR_OPTION
 @JSON_OPTION
-def start(bridge: str, ofp_port: int, rest_port: int, start_timeout: float | None,
-          state_dir: str, as_json: bool) -> None:
+def start(bridge: str, start_timeout: float | None, state_dir: str, as_json: bool) -> None:
     """Start the router in the background and wait until BRIDGE has joined it."""
     if not as_json:
-        progress(f"starting rest_router (OpenFlow {router.LOOPBACK}:{ofp_port}, "
-                 f"REST {router.LOOPBACK}:{rest_port}) for bridge {bridge}")
-    state = router.start(bridge, ofp_port=ofp_port, rest_port=rest_port, directory=state_dir,
-                         timeout=start_timeout)
+        progress(f"starting rest_router (OpenFlow and REST on unix sockets in {state_dir}) "
+                 f"for bridge {bridge}")
+    state = router.start(bridge, directory=state_dir, timeout=start_timeout)
     if as_json:
         print_json(router.status(state_dir).as_dict())
         return
     out_console.print(f"router running: pid {state.pid}, bridge {bridge} "
                       f"(datapath {state.dpid}) joined in {state.start_seconds} s; "
-                      f"REST http://{router.LOOPBACK}:{rest_port}, log {state.log}")
+                      f"REST unix:{state.rest_socket}, log {state.log}")
 
 
 @router_group.command("stop")
@@ -105,8 +98,7 @@ def _print_status(st: router.RouterStatus) -> None:
         return
     out_console.print(f"router: {verdict}  pid {s.pid}  bridge {s.bridge} "
                       f"(datapath {s.dpid or '?'})")
-    out_console.print(f"  OpenFlow tcp:{router.LOOPBACK}:{s.ofp_port}  REST "
-                      f"http://{router.LOOPBACK}:{s.rest_port}  log {s.log}")
+    out_console.print(f"  OpenFlow {s.controller}  REST unix:{s.rest_socket}  log {s.log}")
     if st.router is not None:
         out_console.print("  addresses: " + (", ".join(st.router["addresses"]) or "none"))
         routes = [f"{r['destination']} via {r['gateway']}" for r in st.router["routes"]]

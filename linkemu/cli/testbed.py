@@ -7,8 +7,6 @@ import click
 from linkemu import testbed
 from linkemu.cli.router import (
     JSON_OPTION,
-    OFP_PORT_OPTION,
-    REST_PORT_OPTION,
     START_TIMEOUT_OPTION,
     STATE_DIR_OPTION,
 )
@@ -35,13 +33,11 @@ def testbed_group() -> None:
               show_default=True, help="Number of client namespaces.")
 @click.option("--prefix", default="le", show_default=True,
               help="Start of every name created (namespaces, interfaces, bridge).")
-@OFP_PORT_OPTION
-@REST_PORT_OPTION
 @START_TIMEOUT_OPTION
 @STATE_DIR_OPTION
 @JSON_OPTION
-def up(clients: int, prefix: str, ofp_port: int, rest_port: int, start_timeout: float | None,
-       state_dir: str, as_json: bool) -> None:
+def up(clients: int, prefix: str, start_timeout: float | None, state_dir: str,
+       as_json: bool) -> None:
     """Build the testbed and start and configure its router.
 
     Example: `linkemu testbed up --clients 3`, then `ip netns exec le-c1 ping 198.19.0.2`
@@ -51,8 +47,7 @@ def up(clients: int, prefix: str, ofp_port: int, rest_port: int, start_timeout: 
     if not as_json:
         progress(f"building testbed {prefix}: {clients} clients, edge router, bridge "
                  f"{layout.bridge}, server")
-    built = testbed.up(layout, directory=state_dir, ofp_port=ofp_port, rest_port=rest_port,
-                       start_timeout=start_timeout)
+    built = testbed.up(layout, directory=state_dir, start_timeout=start_timeout)
     info = built.as_dict()
     if as_json:
         print_json(info)

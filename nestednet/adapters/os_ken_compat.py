@@ -57,12 +57,57 @@ def manager_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def manager_command(*, ofp_host: str, ofp_port: int, rest_host: str, rest_port: int,
+UNUSED_PORT = 6653
+"""os-ken listens on a unix socket when its listen "host" is a path in an existing
+directory (os_ken.lib.hub.StreamServer) and then ignores the port; a port must still be
+given, or the controller also listens on TCP 6633 for backward compatibility."""
+
+
+def manager_command(*, ofp_socket: str, rest_socket: str,
                     apps: tuple[str, ...] = (REST_ROUTER_APP,)) -> list[str]:
-    """The argv that runs os-ken's manager (osken-manager) with the shim applied first."""
+    """The argv that runs os-ken's manager (osken-manager) with the shim applied first,
+    OpenFlow and REST on unix sockets (paths in an existing directory)."""
     return [sys.executable, "-m", "nestednet.adapters.os_ken_compat",
-            "--ofp-listen-host", ofp_host, "--ofp-tcp-listen-port", str(ofp_port),
-            "--wsapi-host", rest_host, "--wsapi-port", str(rest_port), *apps]
+            "--ofp-listen-host", ofp_socket, "--ofp-tcp-listen-port", str(UNUSED_PORT),
+            "--wsapi-host", rest_socket, "--wsapi-port", str(UNUSED_PORT), *apps]
+
+
+class _UnixSwitchSocket:
+    """A switch's connection on a unix socket, as os-ken's Datapath uses it: it sets
+    TCP_NODELAY, which a unix socket refuses (EOPNOTSUPP); that one option is skipped."""
+
+    def __init__(self, sock) -> None:
+        self._sock = sock
+
+    def setsockopt(self, level: int, option: int, value) -> None:
+        import socket
+
+        if level == socket.IPPROTO_TCP:
+            return
+        self._sock.setsockopt(level, option, value)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+def patch_unix_switches() -> None:
+    """Switches connect over a unix socket (`manager_command`): os-ken's Datapath gets a
+    socket whose TCP options are skipped."""
+    import socket
+
+    from os_ken.controller import controller
+
+    factory = controller.datapath_connection_factory
+    if getattr(factory, "nestednet_unix", False):
+        return
+
+    def unix_factory(sock, address):
+        if getattr(sock, "family", None) == socket.AF_UNIX:
+            sock = _UnixSwitchSocket(sock)
+        return factory(sock, address)
+
+    unix_factory.nestednet_unix = True  # type: ignore[attr-defined]
+    controller.datapath_connection_factory = unix_factory
 
 
 def patch_rest_router(rest_router: ModuleType) -> None:
@@ -78,6 +123,7 @@ def patch_rest_router(rest_router: ModuleType) -> None:
 
 def run_manager(argv: list[str]) -> None:
     patch_rest_router(import_rest_router())
+    patch_unix_switches()
     from os_ken.cmd import manager
 
     manager.main(args=argv)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
+from nestednet.adapters import files
 from nestednet.agent import protocol as p
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer
@@ -138,7 +139,8 @@ class EventLog:
         """This run's events (the file may hold earlier runs' too), e.g. for pictures."""
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", buffering=1)
+            # Not through a link planted at the name (root writes it: issue #33).
+            self._file = files.open_private(path, append=True, binary=False)
 
     def write(self, kind: str, *, scenario_time: float, step: int | None = None,
               nodes: Iterable[str] = (), iphys: Iterable[int] = (),

@@ -102,7 +102,7 @@ def using(state_dir: Path, parent: docker.models.containers.Container, *,
     """A client of the node's inner engine, woken if parked and kept from parking while
     the block runs."""
     lock = state_dir / LOCK_FILE
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.utime(lock)

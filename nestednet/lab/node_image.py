@@ -25,7 +25,7 @@ import docker
 import docker.errors
 
 from nestednet import LABEL_PREFIX, images
-from nestednet.adapters import docker_engine
+from nestednet.adapters import docker_engine, files
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.record import LABS_DIR
 
@@ -69,17 +69,8 @@ def root_only(path: Path) -> None:
     """``path`` as root:root 0600. The inner dockerd makes its socket root:docker 0660,
     and the image's docker group id (102) is another group on the host (messagebus):
     its members would drive an engine inside a parent that holds nearly every capability.
-    """
-    os.chown(path, 0, 0)
-    os.chmod(path, 0o600)
-
-
-def private_dir(path: Path) -> Path:
-    """Make ``path`` (and missing parents) and keep it root's alone (0700): lab records,
-    node state and image templates hold engine and OVSDB sockets."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-    return path
+    The parent writes that directory: a link planted at ``path`` is not followed."""
+    files.restrict_socket(path)
 
 
 def parent_binds(state_dir: Path, data_dir: Path,
@@ -109,7 +100,7 @@ def template_for(client: docker.DockerClient, security: dict) -> Path:
         return final / "docker"
     images.require(client, images.DIND_IMAGE)
     archive = images.component_archive(client)
-    private_dir(TEMPLATES_DIR)
+    files.private_dir(TEMPLATES_DIR)
     work = TEMPLATES_DIR / f".build-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     state, data = work / "state", work / "docker"
     state.mkdir(parents=True)

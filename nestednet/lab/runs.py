@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nestednet.adapters import files
 from nestednet.errors import UsageError
 from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.model.events import Event, parse_event
@@ -26,11 +27,11 @@ RUNS_DIR = Path(os.environ.get("NESTEDNET_RUNS_DIR", "/var/lib/nestednet/runs"))
 def results_dir(lab: str, root: Path = RUNS_DIR, now: float | None = None) -> Path:
     """A new directory for one run's results: <root>/<lab>-<YYYYmmdd-HHMMSS>[-k]."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    root.mkdir(parents=True, exist_ok=True)
+    files.private_dir(root)
     for k in range(1, 1000):
         path = root / (f"{lab}-{stamp}" if k == 1 else f"{lab}-{stamp}-{k}")
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
         except FileExistsError:
             continue
         return path
@@ -42,7 +43,7 @@ def check_writable(path: Path, what: str) -> None:
     so that a run does not create a lab to find out it cannot log."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a"):
+        with files.open_private(path, append=True):
             pass
     except OSError as exc:
         raise UsageError(f"{what} {path}: cannot write there: {exc.strerror}") from None

@@ -24,8 +24,6 @@ from linkemu import router, router_plan, testbed
 from nestednet.adapters import netns_exec
 from nestednet.capabilities.nodes import ovs_datapath
 
-OFP_PORT, REST_PORT = 36653, 38081
-
 
 def _ns(namespace: str, *argv: str, timeout: float = 60) -> str:
     done = netns_exec.run(namespace, argv, timeout=timeout)
@@ -82,7 +80,7 @@ def main() -> None:
         where = tempfile.mkdtemp(prefix="lerb-state-")
         layout = testbed.Layout(clients=n, prefix="lerb")
         try:
-            built = testbed.up(layout, directory=where, ofp_port=OFP_PORT, rest_port=REST_PORT)
+            built = testbed.up(layout, directory=where)
             plan = router_plan.plan(layout.link_table())
             entry: dict = {"clients": n, "testbed_up_s": built.timings["total"],
                            "rest_requests": len(plan.requests()),
@@ -91,9 +89,7 @@ def main() -> None:
                 starts = [built.router.start_seconds]
                 for _ in range(args.restarts - 1):
                     router.stop(where)
-                    starts.append(router.start(layout.bridge, ofp_port=OFP_PORT,
-                                               rest_port=REST_PORT,
-                                               directory=where).start_seconds)
+                    starts.append(router.start(layout.bridge, directory=where).start_seconds)
                     router.configure(plan, where)
                 entry["router_start_s"] = starts
                 entry["router_start_median_s"] = statistics.median(starts)

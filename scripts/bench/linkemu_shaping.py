@@ -78,7 +78,7 @@ def main() -> int:
                  "kernel": os.uname().release, "load_average": os.getloadavg(),
                  "parameters": vars(args), "goodput": [], "rtt": []}
     began = time.monotonic()
-    built = testbed.up(LAYOUT, directory=state, ofp_port=38653, rest_port=38081)
+    built = testbed.up(LAYOUT, directory=state)
     out["testbed_up_s"] = built.timings
     base = json.loads(built.links_file.read_text())
     try:

@@ -21,7 +21,6 @@ from nestednet.adapters import netns_exec
 pytestmark = pytest.mark.system
 
 PREFIX = "lea"
-OFP_PORT, REST_PORT = 26663, 28091
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +29,6 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     mp = pytest.MonkeyPatch()
     mp.setenv("LINKEMU_STATE_DIR", str(where))
     up = CliRunner().invoke(main, ["testbed", "up", "--clients", "2", "--prefix", PREFIX,
-                                   "--ofp-port", str(OFP_PORT), "--rest-port", str(REST_PORT),
                                    "--json"])
     try:
         assert up.exit_code == 0, up.output + repr(up.exception)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,8 +27,6 @@ from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.errors import EnvironmentProblem, UsageError
 
 PREFIX = "ler"
-OFP_PORT = 26653
-REST_PORT = 28081
 CLIENTS = 2
 
 
@@ -55,8 +52,8 @@ def _host_links() -> list[str]:
 def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     where = tmp_path_factory.mktemp("linkemu-state")
     result = CliRunner().invoke(main, [
-        "testbed", "up", "--clients", str(CLIENTS), "--prefix", PREFIX, "--ofp-port",
-        str(OFP_PORT), "--rest-port", str(REST_PORT), "--state-dir", str(where), "--json"])
+        "testbed", "up", "--clients", str(CLIENTS), "--prefix", PREFIX, "--state-dir",
+        str(where), "--json"])
     try:
         assert result.exit_code == 0, result.output + repr(result.exception)
         yield where
@@ -162,34 +159,26 @@ def test_rest_errors_are_clear_and_change_nothing(state: Path, info: dict) -> No
     with pytest.raises(NotConnected, match="not connected"):
         api.get("00000000000000ff")
     with pytest.raises(EnvironmentProblem, match="not answering"):
-        RouterApi(router.LOOPBACK, _free_port(), timeout=2).get(rs.dpid)
+        RouterApi(str(state / "absent.sock"), timeout=2).get(rs.dpid)
     assert api.get(rs.dpid) == before
     with pytest.raises(UsageError, match="bridge"):
         router.configure(router_plan.plan(testbed.Layout(prefix="lerq").link_table()), state)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((router.LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.system
 def test_failed_up_removes_what_it_built(tmp_path: Path) -> None:
     layout = testbed.Layout(clients=1, prefix="ler9")
-    with socket.socket() as busy:  # the REST port is taken: the router cannot start
-        busy.bind((router.LOOPBACK, 0))
-        busy.listen(1)
-        with pytest.raises(EnvironmentProblem, match="already in use"):
-            testbed.up(layout, directory=tmp_path, ofp_port=_free_port(),
-                       rest_port=busy.getsockname()[1])
+    # A state directory too long for a unix socket path: the router cannot start.
+    where = tmp_path / ("x" * 100)
+    with pytest.raises(UsageError, match="too long for a unix socket"):
+        testbed.up(layout, directory=where)
     from pyroute2 import netns
 
     assert not [n for n in netns.listnetns() if n.startswith("ler9-")]
     assert not [n for n in _host_links() if n.startswith("ler9-")]
     with Ovsdb() as db:
         assert not db.bridge_exists(layout.bridge)
-    assert testbed.recorded(tmp_path) is None
+    assert testbed.recorded(where) is None
 
 
 @pytest.mark.system
@@ -203,8 +192,7 @@ def test_router_on_someone_elses_bridge_restores_its_settings(tmp_path: Path) ->
                       protocols=("OpenFlow10",))
         db.set_controller(bridge, "tcp:127.0.0.1:1", connection_mode="in-band")
     try:
-        started = router.start(bridge, ofp_port=_free_port(), rest_port=_free_port(),
-                               directory=tmp_path)
+        started = router.start(bridge, directory=tmp_path)
         assert router.status(tmp_path).healthy
         with Ovsdb() as db:
             assert db.controllers(bridge) == [started.controller]

@@ -58,8 +58,8 @@ def test_manager_entry_parses_the_loopback_options() -> None:
     # --help makes os-ken's manager parse its whole option set (registered by the
     # controller and wsgi modules) and exit: proof that `python -m nestednet.adapters.os_ken_compat`
     # reaches the manager with the shim applied and knows every option router.py passes.
-    argv = os_ken_compat.manager_command(ofp_host="127.0.0.1", ofp_port=1, rest_host="127.0.0.1",
-                                         rest_port=2)
+    argv = os_ken_compat.manager_command(ofp_socket="/run/x/of.sock",
+                                         rest_socket="/run/x/rest.sock")
     assert argv[:3] == [sys.executable, "-m", "nestednet.adapters.os_ken_compat"]
     done = subprocess.run([*argv[:3], "--help"], capture_output=True, text=True, timeout=120,
                           env=os_ken_compat.manager_environment())
