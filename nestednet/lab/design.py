@@ -39,7 +39,7 @@ from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
-from nestednet.model.component_spec import COMPONENT_CAPS
+from nestednet.model.component_spec import COMPONENT_CAPS, check_component_caps
 from nestednet.model.placement import DEFAULT_STRATEGY, HostSet
 from nestednet.routing.strategy import RoutingStrategy
 
@@ -75,6 +75,9 @@ class CreateRequest:
     """How nodes are spread over ``hosts`` (nestednet.model.placement.STRATEGIES)."""
     pins: tuple[str, ...] = ()
     """`--place NODE=HOST` items, checked against the shape and the hosts."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "component_caps", check_component_caps(self.component_caps))
 
     def image_for(self, component: int) -> str | None:
         """The user's image for this component, or None for NestedNet's own."""
