@@ -78,6 +78,16 @@ class CreateRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "component_caps", check_component_caps(self.component_caps))
+        # The same trap as the capabilities: a bare string would be iterated per character.
+        if isinstance(self.pins, str) or not all(isinstance(p, str) for p in self.pins):
+            raise TypeError(f"pins must be a tuple of NODE=HOST strings, not {self.pins!r}")
+        if isinstance(self.images, str) or not all(
+                isinstance(pair, tuple) and len(pair) == 2
+                and all(isinstance(x, str) for x in pair) for pair in self.images):
+            raise TypeError(f"images must be a tuple of (role, image) pairs, not "
+                            f"{self.images!r} (parse text with parse_component_images)")
+        object.__setattr__(self, "pins", tuple(self.pins))
+        object.__setattr__(self, "images", tuple(self.images))
 
     def image_for(self, component: int) -> str | None:
         """The user's image for this component, or None for NestedNet's own."""

@@ -41,6 +41,17 @@ def test_capability_names_are_checked_and_kept_as_a_tuple():
         RunRequest(scenario=SCENARIO, component_caps=tuple("NET_ADMIN"))
 
 
+def test_pins_and_images_refuse_bare_strings_too():
+    with pytest.raises(TypeError, match="pins"):
+        CreateRequest(lab="t", nodes=1, iphys=1, pins="n1=a")
+    with pytest.raises(TypeError, match="images"):
+        CreateRequest(lab="t", nodes=1, iphys=1, images="gnab=x")
+    with pytest.raises(TypeError, match="images"):
+        CreateRequest(lab="t", nodes=1, iphys=1, images=("gnab=x",))
+    made = CreateRequest(lab="t", nodes=1, iphys=1, pins=["n1=a"], images=[("gnab", "x")])
+    assert made.pins == ("n1=a",) and made.images == (("gnab", "x"),)
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("speed", 0), ("speed", -1.0), ("speed", float("inf")), ("speed", "2"),
     ("until", -1), ("until", float("nan")), ("hello_timeout", 0.5), ("iphys", 0),
