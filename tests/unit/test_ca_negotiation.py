@@ -316,6 +316,37 @@ def test_player_reports_each_step_and_pictures_are_written(tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
 
+def test_a_resumed_player_starts_at_the_step_in_effect_and_never_plays_earlier_ones():
+    """small-4x2 has steps at 0, 10 and 20 s: from 12 s, step 1 is applied at once, then
+    step 2; step 0 never is."""
+    from pathlib import Path
+
+    from nestednet.ca.player import Player
+    from nestednet.model.scenario_file import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
+    assert [s.time for s in scenario.steps] == [0, 10, 20]
+    table = InterNodeLinks(scenario.iphy_inventory())
+    server = ControlServer(listen("127.0.0.1", 0))
+    events = EventLog(None)
+    ca = CommunicationAssistant(server, table, RecordingInstaller(),
+                                node_ids={n.name: n.node_id for n in scenario.nodes},
+                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
+                                events=events)
+    server.start(ca)
+    done: list[int] = []
+    try:
+        player = Player(scenario, server, ca, speed=100)
+        assert [player.step_at(t) for t in (0, 9.9, 10, 12, 25)] == [0, 0, 1, 1, 2]
+        result = player.play(threading.Event(), on_step_done=done.append, start_at=12.0)
+    finally:
+        server.stop()
+    assert result.steps_played == 2 and not result.interrupted
+    assert result.scenario_time == scenario.duration
+    assert done == [1, 2]
+    assert [e.step for e in events.records if e.event == "step"] == [1, 2]
+
+
 # --- the protocol without a network: ordering, STEP, epochs, the summary ----------------
 
 
