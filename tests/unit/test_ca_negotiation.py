@@ -998,3 +998,38 @@ def test_the_cas_id_keeps_what_the_poll_found_and_drops_iphys_it_does_not_name()
     out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0,
                               "peers": ["b", "c", "d"], "links": []}))
     assert {m["src_iphy"] for m in out} <= {"iphy1", "iphy3"}
+
+
+def test_an_events_file_the_disk_refuses_keeps_whole_lines_and_says_so_once(tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk (no root needed): the kernel writes up to
+    the limit, then refuses (EFBIG). The file must end on its last whole line."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "events.jsonl"
+    script = f"""
+import json, resource, signal
+from pathlib import Path
+from nestednet.ca.assistant import EventLog
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+told = []
+log = EventLog(Path({str(path)!r}), on_failure=told.append)
+for k in range(40):
+    log.write("step", scenario_time=float(k), step=k, nodes=["a", "b"], visible=[("a", "b")])
+log.close()
+print(json.dumps({{"told": [e.errno for e in told], "records": len(log.records),
+                  "failure": log.failure.errno if log.failure else None}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    import errno
+
+    assert report["told"] == [errno.EFBIG] and report["failure"] == errno.EFBIG
+    assert report["records"] == 40
+    data = path.read_bytes()
+    assert 0 < len(data) <= 1000 and data.endswith(b"\n")
+    lines = [json.loads(line) for line in data.decode().splitlines()]
+    assert [r["step"] for r in lines] == list(range(len(lines))) and len(lines) < 40
