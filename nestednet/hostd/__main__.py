@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         context = None if args.insecure else server_context(*files)
         helper = Helper(args.state_dir, args.proc, args.cgroup,
-                        labs_file=args.state_dir / "hostd" / "labs.json")
+                        labs_file=args.state_dir / "hostd" / f"labs-{args.port}.json")
         server = Server(helper, address, args.port, context,
                         Limits(idle_timeout=args.idle_timeout))
     except (OSError, ssl.SSLError) as exc:

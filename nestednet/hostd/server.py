@@ -11,7 +11,7 @@ what only the helper can know (docs/multihost.md section 5b):
 
 - a lab belongs to the client that first made something of it here (its TLS
   certificate's subject; every client is one "insecure" client on a plain helper),
-  recorded in ``<state_dir>/hostd/labs.json`` (0600) with the interface names made or
+  recorded in ``<state_dir>/hostd/labs-<port>.json`` (0600) with the interface names made or
   recorded for it, until nothing of it is left here;
 - a pid is a process of the named lab's node: a parent is the init of a pid namespace
   whose /nestednet is that node's state directory here (same device and inode), any
@@ -305,8 +305,9 @@ class Helper:
                     not all(isinstance(op, dict) for op in args[0]):
                 raise p.ProtocolError(f"tc {function}: first argument must be a list of ops")
             ports += [op.get("port") for op in args[0]]
-        if function == "check_ports" and len(args) > 2 and isinstance(args[2], list):
-            ports += args[2]
+        ours_at = {"check_ports": 2, "build": 3}.get(function)
+        if ours_at is not None and len(args) > ours_at and isinstance(args[ours_at], list):
+            ports += args[ours_at]
         if function == "change_batch":
             if len(args) < 3 or not isinstance(args[2], dict):
                 raise p.ProtocolError("tc change_batch: third argument must be the ports' "
