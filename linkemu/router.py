@@ -2,12 +2,14 @@
 bridge connected to it, and its addressing configured through REST.
 
 `start` spawns os-ken's manager (through nestednet.adapters.os_ken_compat, so the shim is in
-place) with OpenFlow and REST on unix sockets in the state directory (``of.sock``,
-``rest.sock``), which is root's alone (0700): no other local user can reach the router's
-API or pose as its switch, and no web page can send it a request (there is no TCP
-port). It records what it started in ``<state dir>/router.json`` (0600) before anything
-else can fail, points the bridge at it
-(OpenFlow 1.3, through OVSDB) and waits until REST answers and the bridge's datapath
+place) with OpenFlow and REST on unix sockets made 0600 (the router runs with umask
+077): REST in the state directory (``rest.sock``, the directory root's alone: 0700),
+OpenFlow in Open vSwitch's run directory (``linkemu-<hash of the state dir>.sock``:
+ovs-vswitchd connects a bridge to a ``unix:`` controller only there). No other local
+user can reach the router's API or pose as its switch, and no web page can send it a
+request (there is no TCP port). It records what it started in
+``<state dir>/router.json`` (0600) before anything else can fail, points the bridge at
+it (OpenFlow 1.3, through OVSDB) and waits until REST answers and the bridge's datapath
 has joined. `stop` undoes exactly that: it signals only the process it recorded
 (checked against its command line, so a recycled pid is never hit) and removes only
 the controller setting it made. rest_router learns the bridge's ports when the bridge
@@ -18,6 +20,7 @@ were added later.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -35,8 +38,16 @@ from nestednet.capabilities.vm import in_full_kernel_vm
 from nestednet.errors import EnvironmentProblem, NestedNetError, UsageError
 
 DEFAULT_STATE_DIR = "/var/lib/nestednet/linkemu"
-OFP_SOCKET = "of.sock"
 REST_SOCKET = "rest.sock"
+OVS_RUNDIR = os.environ.get("OVS_RUNDIR", "/var/run/openvswitch")
+"""Where ovs-vswitchd accepts ``unix:`` controllers ("due to possibility for remote
+exploit", it refuses any other directory: seen in its log)."""
+
+
+def ofp_socket_path(directory: Path) -> str:
+    """The OpenFlow socket of the router whose state is in ``directory``."""
+    digest = hashlib.sha256(str(directory).encode()).hexdigest()[:12]
+    return f"{OVS_RUNDIR}/linkemu-{digest}.sock"
 START_TIMEOUT = 60.0
 """Seconds to wait for the router to come up: ~1 s on a host. In the software-emulated
 full-kernel VM, importing os-ken alone took 67 s, so there it is VM_START_TIMEOUT."""
@@ -169,8 +180,11 @@ def start(bridge: str, *, directory: str | Path | None = None,
             raise EnvironmentProblem(f"Open vSwitch bridge {bridge} does not exist",
                                      hint="`linkemu testbed up` builds one, or pass --bridge")
     directory_path = private_dir(state_dir(directory)).resolve()
-    ofp_socket, rest_socket = (str(directory_path / n) for n in (OFP_SOCKET, REST_SOCKET))
-    if len(ofp_socket.encode()) > UNIX_PATH_MAX:
+    ofp_socket, rest_socket = ofp_socket_path(directory_path), str(directory_path / REST_SOCKET)
+    if not os.path.isdir(OVS_RUNDIR):
+        raise EnvironmentProblem(f"Open vSwitch's run directory {OVS_RUNDIR} does not exist",
+                                 hint="set $OVS_RUNDIR to where ovs-vswitchd keeps its sockets")
+    if len(rest_socket.encode()) > UNIX_PATH_MAX:
         raise UsageError(f"state directory {directory_path} is too long for a unix socket "
                          f"path ({UNIX_PATH_MAX} bytes)", hint="choose a shorter --state-dir")
     for path in (ofp_socket, rest_socket):
@@ -274,6 +288,9 @@ def stop(directory: str | Path | None = None) -> dict:
     if alive:
         _terminate(state)
         done.append(f"stopped router process {state.pid}")
+    for path in (state.ofp_socket, state.rest_socket):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     _drop_state(directory)
     return {"stopped": alive, "detail": "; ".join(done) or "nothing was left to undo"}
 

@@ -30,8 +30,8 @@ def register(group: click.Group) -> None:
 def router_group() -> None:
     """Run the os-ken (Ryu) rest_router app that makes the emulator bridge a router.
 
-    OpenFlow and REST listen on unix sockets in the state directory (of.sock,
-    rest.sock), which only root can enter: no other user reaches the router. `linkemu
+    OpenFlow and REST listen on root's unix sockets (0600; REST in the state directory,
+    OpenFlow in Open vSwitch's run directory): no other user reaches the router. `linkemu
     apply` (and `linkemu testbed up`) configure its addresses and routes; these commands
     run and inspect it (by hand: `curl --unix-socket STATE_DIR/rest.sock
     http://localhost/router/all`).

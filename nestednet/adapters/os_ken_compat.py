@@ -122,6 +122,8 @@ def patch_rest_router(rest_router: ModuleType) -> None:
 
 
 def run_manager(argv: list[str]) -> None:
+    """os-ken's manager, shimmed; the unix sockets it makes are 0600 (umask 077)."""
+    os.umask(0o077)
     patch_rest_router(import_rest_router())
     patch_unix_switches()
     from os_ken.cmd import manager
