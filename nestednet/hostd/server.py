@@ -202,6 +202,10 @@ TC_PORT_LISTS = {"disable_offloads": 1, "check_ports": 1, "apply": 2, "build": 2
                  "port_indexes": 1, "remove_trees": 1, "read": 1, "snapshot": 1}
 """Where each tc function takes its list of ports (after the namespace is replaced)."""
 TC_WITH_OPS = ("apply", "build", "change_batch", "change")
+TC_OURS = {"check_ports": 1, "build": 2}
+"""Where a tc function takes the ports whose trees the caller recorded as its own (after
+the ops, if any): the lab's on every host; the helper keeps those that are this
+host's."""
 
 
 class Helper:
@@ -305,9 +309,6 @@ class Helper:
                     not all(isinstance(op, dict) for op in args[0]):
                 raise p.ProtocolError(f"tc {function}: first argument must be a list of ops")
             ports += [op.get("port") for op in args[0]]
-        ours_at = {"check_ports": 2, "build": 3}.get(function)
-        if ours_at is not None and len(args) > ours_at and isinstance(args[ours_at], list):
-            ports += args[ours_at]
         if function == "change_batch":
             if len(args) < 3 or not isinstance(args[2], dict):
                 raise p.ProtocolError("tc change_batch: third argument must be the ports' "
@@ -468,6 +469,12 @@ class Helper:
         if len(args) <= namespace_at:
             raise p.ProtocolError(f"tc {function}: too few arguments")
         args[namespace_at] = None
+        ours_at = TC_OURS.get(function)
+        if ours_at is not None:
+            ours_at += namespace_at + 1
+            if len(args) > ours_at and isinstance(args[ours_at], list):
+                mine = self.labs.names(lab)
+                args[ours_at] = [port for port in args[ours_at] if port in mine]
         result = getattr(tc, function)(*args)
         if function in ("apply", "build", "port_indexes") and isinstance(result, dict):
             self.indexes.update(result)

@@ -175,9 +175,23 @@ def test_tc_names_only_the_labs_recorded_ports(helper):
             ("apply", [[op], None, ["eth0"]]),
             ("remove_trees", [None, ["docker0"]]),
             ("change_batch", [[op], None, {"eth0": 2}]),
-            ("check_ports", [None, ["mh-1x1"], ["eth0"], "x"])):
+            ("check_ports", [None, ["eth0"], ["mh-1x1"], "x"])):
         with pytest.raises(server.Refused, match="not among lab mh's"):
             helper.authorise("tc", {"lab": "mh", "function": function, "args": args}, "c")
+
+
+def test_ports_recorded_as_ours_on_other_hosts_are_dropped_not_refused(helper, monkeypatch):
+    """A shaper records its trees on every host of the lab; a helper keeps this host's
+    (a port elsewhere, or eth0, never counts as the lab's tree here)."""
+    helper.labs.claim("mh", "c")
+    helper.labs.add("mh", ["mh-1x1"])
+    seen = []
+    monkeypatch.setattr(server.tc, "check_ports",
+                        lambda netns, ports, ours, owner: seen.append((netns, ports, ours)))
+    args = {"lab": "mh", "function": "check_ports",
+            "args": [None, ["mh-1x1"], ["mh-1x1", "mh-2x1", "eth0"], "x"]}
+    helper.run("tc", args, "c")
+    assert seen == [(None, ["mh-1x1"], ["mh-1x1"])]
 
 
 # --- 3. connections ----------------------------------------------------------------------
