@@ -121,7 +121,7 @@ def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, sour
     sch_netem unless ``mode`` is rate-only.
     """
     resolver = LinkResolver(scenario, override, source=source)
-    if resolver.model is None and not any(step.links for step in scenario.steps):
+    if not resolver.has_models and not any(step.links for step in scenario.steps):
         return None
     policy = ShapingPolicy.choose(mode, netem_available(), keep_order=keep_order)
     for i in range(len(scenario.steps)):

@@ -105,14 +105,15 @@ SYNTHETIC_ONLY = ("nodes", "range_", "model", "seed", "area", "altitude", "plane
                    "ground-stations.schema.json): name, lat, lon, alt_m, min_elevation_deg "
                    "(default 25), policy all|nearest|highest.")
 @click.option("--isl", type=click.Choice(("grid", "los", "none")), default=None,
-              help="Inter-satellite visibility: grid (+Grid of Walker shells; the default "
-                   "with --walker only), los (within --isl-range-km, clear of the Earth and "
-                   "--atmosphere-km), none (the default with --tle).")
+              help="Inter-satellite visibility: grid (+Grid of Walker shells, while clear "
+                   "of the Earth and --atmosphere-km; the default with --walker only), los "
+                   "(within --isl-range-km, clear of the Earth and --atmosphere-km), none "
+                   "(the default with --tle).")
 @click.option("--isl-range-km", "isl_range_km", type=float, default=None,
               help="With --isl los: the longest inter-satellite link, km.")
 @click.option("--atmosphere-km", "atmosphere_km", type=float, default=80.0,
-              show_default=True, help="With --isl los: how high above the Earth a sight "
-                                      "line must stay (Hypatia's 80 km).")
+              show_default=True, help="With --isl grid|los: how high above the Earth an "
+                                      "inter-satellite sight line must stay (Hypatia's 80 km).")
 @click.option("--write-tle", "write_tle", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the satellites' TLEs (3 lines each, checksums "
                                  "included) to this file: the Walker shells for other tools.")
@@ -264,8 +265,10 @@ def check(file: Path, iphys: int, link_model: Path | None, length_unit: str | No
 
     Exit status 0 when valid; 2 with every problem and its place in the file
     (e.g. `steps[3].visible[2]: unknown node 'n13'`) when not. When links are
-    shaped (explicit values or a link model), each step also shows the
-    min/median/max one-way delay and rate over its link directions.
+    shaped (explicit values, a link model or link_classes), each step also shows
+    the min/median/max one-way delay and rate over its link directions. With
+    --json every step lists its visible pairs with their link class (isl, gsl,
+    default), distance and, per direction, delay (us), rate (bit/s) and source.
 
     \b
       nestednet visibility check scenarios/uav-swarm-2g4.json
@@ -278,9 +281,12 @@ def check(file: Path, iphys: int, link_model: Path | None, length_unit: str | No
     data = summary(scenario)
     if override is not None:
         data["link_model"] = override.document()
-    if resolver.model is not None or any(s.links for s in scenario.steps):
+    if resolver.has_models or any(s.links for s in scenario.steps):
         for step, links in zip(data["steps"], resolver.summary(), strict=True):
             step["links"] = {k: v for k, v in links.items() if k not in ("index", "time")}
+    if as_json:
+        for i, step in enumerate(data["steps"]):
+            step["pairs"] = resolver.pair_details(i)
     _print_summary(data, str(file), as_json, pairs=pairs)
 
 

@@ -3,9 +3,11 @@
 Every step has every node's ITRS position in km (rounded to the metre) and the
 explicit visible pairs, ground-satellite ones included:
 
-- inter-satellite: ``grid`` (the +Grid of Walker shells, kept for the whole run as
-  StarryNet and Hypatia do), ``los`` (within a range and clear of the Earth plus the
-  atmosphere, line_of_sight.py's rule) or ``none``;
+- inter-satellite: ``grid`` (the +Grid of Walker shells, as StarryNet and Hypatia,
+  each link kept while its segment clears the Earth plus the atmosphere: with few
+  planes, cross-plane neighbours are out of sight near the equator), ``los`` (within
+  a range and clear of the Earth plus the atmosphere, line_of_sight.py's rule) or
+  ``none``;
 - ground-satellite: the satellite stands at least the station's mask above its
   horizon; with the ``nearest`` or ``highest`` policy only the closest or highest such
   satellite is kept (one ground link, with handover);
@@ -126,10 +128,15 @@ def _isl_pairs(constellation: Constellation, options: Options, sat_km: np.ndarra
     if options.isl == "none":
         return [set() for _ in range(steps)]
     if options.isl == "grid":
-        grid = set(grid_neighbours(list(constellation.shells)))
-        return [set(grid) for _ in range(steps)]
-    assert options.isl_range_km is not None
-    i, j = np.triu_indices(len(names), k=1)
+        index = {n: k for k, n in enumerate(names)}
+        grid = grid_neighbours(list(constellation.shells))
+        i = np.array([index[a] for a, _ in grid], dtype=int)
+        j = np.array([index[b] for _, b in grid], dtype=int)
+        limit = np.inf
+    else:
+        assert options.isl_range_km is not None
+        i, j = np.triu_indices(len(names), k=1)
+        limit = options.isl_range_km
     radius = EARTH_RADIUS_KM + options.atmosphere_km
     out = []
     for k in range(steps):
@@ -138,7 +145,7 @@ def _isl_pairs(constellation: Constellation, options: Options, sat_km: np.ndarra
         length2 = np.einsum("ij,ij->i", d, d)
         s = np.clip(-np.einsum("ij,ij->i", p, d) / np.where(length2 > 0, length2, 1), 0, 1)
         closest = np.linalg.norm(p + s[:, None] * d, axis=1)
-        ok = (np.sqrt(length2) <= options.isl_range_km) & (closest > radius)
+        ok = (np.sqrt(length2) <= limit) & (closest > radius)
         out.append({pair(names[a], names[b]) for a, b in zip(i[ok], j[ok], strict=True)})
     return out
 

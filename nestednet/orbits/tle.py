@@ -107,8 +107,9 @@ def _parse_object(lines: list[tuple[int, str]], i: int, name_line: str | None,
     label = repr(name_line.strip()) if name_line is not None else None
     if i + 1 >= len(lines):
         number = lines[i][0]
-        raise UsageError(f"{source}:{number}: object {label or lines[i][1][2:7]!r}: "
-                         "line 2 is missing")
+        label = label or repr(f"catalogue {lines[i][1][2:7].strip()}")
+        raise UsageError(f"{source}:{number}: object {label}: line 2 is missing after "
+                         "line 1")
     (n1, l1), (n2, l2) = lines[i], lines[i + 1]
     label = label or repr(f"catalogue {l1[2:7].strip()}")
     for number, line, kind in ((n1, l1, "1"), (n2, l2, "2")):
