@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import socket
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -449,3 +451,23 @@ def test_link_classes_sit_between_explicit_values_and_the_default_model(tmp_path
     doc["start_time"] = "2026-11-26T00:00:00"
     with pytest.raises(UsageError, match=r"start_time: start time .* has no zone"):
         parse_scenario(doc, "f")
+
+
+def test_shipped_showcase_is_what_the_documented_command_writes(tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "scenarios" / "README.md").read_text()
+    start = readme.index("nestednet visibility generate --walker 1200:53:6:11:1")
+    command = readme[start:readme.index("```", start)].replace("\\\n", " ")
+    args = shlex.split(command)[1:]
+    out = tmp_path / "leo.json"
+    args[args.index("-o") + 1] = str(out)
+    monkeypatch.chdir(root)
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.output
+    shipped = root / "scenarios" / "leo-walker-66-gs4.json"
+    assert out.read_bytes() == shipped.read_bytes()
+    scenario = load_scenario(shipped)
+    kinds = [n.kind for n in scenario.nodes]
+    assert kinds.count("satellite") == 66 and kinds.count("ground") == 4
+    assert len(scenario.steps) == 60 and scenario.steps[-1].time == 590
+    assert set(scenario.link_classes) == {"isl", "gsl"}
