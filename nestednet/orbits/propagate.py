@@ -18,7 +18,9 @@ import numpy as np
 from sgp4.api import SGP4_ERRORS, SatrecArray, jday
 from skyfield.api import load, wgs84
 from skyfield.framelib import itrs
+from skyfield.positionlib import Geocentric
 from skyfield.sgp4lib import TEME_to_ITRF
+from skyfield.units import Distance, Velocity
 
 from nestednet.errors import UsageError
 from nestednet.orbits.stations import GroundStation
@@ -95,3 +97,13 @@ def elevations_deg(station: GroundStation, satellites_km: np.ndarray,
 
 def _place(station: GroundStation):  # type: ignore[no-untyped-def]
     return wgs84.latlon(station.lat, station.lon, elevation_m=station.alt_m)
+
+
+def geodetic_latlon(points_km: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """WGS84 geodetic latitude and longitude (degrees) of ITRS points in km (skyfield)."""
+    xyz = np.asarray(points_km, dtype=float).T
+    t = times(datetime(2000, 1, 1, tzinfo=UTC), np.zeros(xyz.shape[1]))
+    position = Geocentric.from_time_and_frame_vectors(t, itrs, Distance(km=xyz),
+                                                      Velocity(km_per_s=np.zeros_like(xyz)))
+    lat, lon = wgs84.latlon_of(position)
+    return np.asarray(lat.degrees), np.asarray(lon.degrees)

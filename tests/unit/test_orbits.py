@@ -471,3 +471,39 @@ def test_shipped_showcase_is_what_the_documented_command_writes(tmp_path, monkey
     assert kinds.count("satellite") == 66 and kinds.count("ground") == 4
     assert len(scenario.steps) == 60 and scenario.steps[-1].time == 590
     assert set(scenario.link_classes) == {"isl", "gsl"}
+
+
+# -- graph: the Earth, stations, link classes -----------------------------------------
+
+
+def test_graph_draws_orbital_scenarios_on_the_globe_and_the_map(tmp_path):
+    from nestednet import connectivity_plot as plot
+
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    scenario = load_scenario(root / "leo-walker-66-gs4.json")
+    frames = plot.frames_from_scenario(scenario)
+    assert frames[0].earth and frames[0].kinds["GSBerlin"] == "ground"
+    classes = {c for f in frames for c in f.classes.values()}
+    assert classes == {"isl", "gsl"}
+    for extra, name in (([], "globe.png"), (["--map"], "map.png")):
+        out = tmp_path / name
+        result = run_cli("graph", root / "leo-walker-66-gs4.json", "--at", "300", *extra,
+                         "-o", out)
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20000
+    flat = run_cli("graph", root / "small-4x2.json", "--map", "-o", tmp_path / "x.png")
+    assert flat.exit_code == 2 and "--map draws orbital scenarios" in flat.output
+
+
+def test_map_coordinates_are_geodetic():
+    # WGS84: a point on the ellipsoid at 52.52 N, 13.405 E (computed from the formulas
+    # N = a / sqrt(1 - e² sin² lat), x = N cos lat cos lon, ...), and the north pole
+    a, f = 6378.137, 1 / 298.257223563
+    e2 = f * (2 - f)
+    lat, lon = math.radians(52.52), math.radians(13.405)
+    n = a / math.sqrt(1 - e2 * math.sin(lat) ** 2)
+    point = (n * math.cos(lat) * math.cos(lon), n * math.cos(lat) * math.sin(lon),
+             n * (1 - e2) * math.sin(lat))
+    lats, lons = propagate.geodetic_latlon([point, (0.0, 0.0, 6356.752)])
+    assert lats[0] == pytest.approx(52.52, abs=1e-6) and lons[0] == pytest.approx(13.405)
+    assert lats[1] == pytest.approx(90.0)
