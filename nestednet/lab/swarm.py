@@ -335,8 +335,8 @@ class SwarmDesign(NodeDesign):
         return [hostd.RouteStream(self.hosts[name].helper, pids)
                 for name, pids in sorted(by_host.items())]
 
-    def links(self, record: LabRecord) -> mh.HostLinks:
-        meta = record.meta()
+    def links(self, record: LabRecord, meta: dict | None = None) -> mh.HostLinks:
+        meta = record.meta() if meta is None else meta
         hosts = self._open(meta)
         assert self.dp is not None
         return mh.HostLinks(record.lab, meta["main_bridge"], self.dp.plan, record.path.parent,

@@ -27,12 +27,27 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
+def _type_only(tree: ast.AST) -> set[ast.AST]:
+    """Import statements under ``if TYPE_CHECKING:``: read by type checkers, never run."""
+    found: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                    "typing.TYPE_CHECKING"):
+            found.update(inner for stmt in node.body for inner in ast.walk(stmt)
+                         if isinstance(inner, ast.Import | ast.ImportFrom))
+    return found
+
+
 def _imports(name: str, path: Path) -> set[str]:
-    """Every module ``name`` imports, anywhere in its body, as dotted names."""
+    """Every module ``name`` imports, anywhere in its body, as dotted names (imports only
+    a type checker reads, under ``if TYPE_CHECKING:``, are left out)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    type_only = _type_only(tree)
     for node in ast.walk(tree):
+        if node in type_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
