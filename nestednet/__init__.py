@@ -45,6 +45,9 @@ _PUBLIC = {
     "Direction": "nestednet.api.links",
     "Change": "nestednet.api.links",
     "Scenario": "nestednet.api.scenario",
+    "Run": "nestednet.api.run",
+    "RunRequest": "nestednet.api.run",
+    "Event": "nestednet.api.run",
     "LinkProperties": "nestednet.model.link_properties",
     "NestedNetError": "nestednet.errors",
     "InputError": "nestednet.errors",
@@ -56,9 +59,9 @@ _PUBLIC = {
 
 __all__ = [
     "LABEL_PREFIX", "Change", "Component", "CreatePlan", "Direction", "EnvironmentProblem",
-    "ExitStatus", "InputError", "Interrupted", "Lab", "Link", "LinkProperties",
-    "NestedNetError", "Node", "Process", "Result", "Scenario", "__version__", "cleanup",
-    "delete_lab",
+    "Event", "ExitStatus", "InputError", "Interrupted", "Lab", "Link", "LinkProperties",
+    "NestedNetError", "Node", "Process", "Result", "Run", "RunRequest", "Scenario",
+    "__version__", "cleanup", "delete_lab",
 ]
 
 if TYPE_CHECKING:
@@ -67,6 +70,7 @@ if TYPE_CHECKING:
     from nestednet.api.links import Change, Direction, Link
     from nestednet.api.nodes import Component, Node
     from nestednet.api.process import Process, Result
+    from nestednet.api.run import Event, Run, RunRequest
     from nestednet.api.scenario import Scenario
     from nestednet.errors import (
         EnvironmentProblem,

@@ -27,6 +27,7 @@ from nestednet.api.links import (
 )
 from nestednet.api.nodes import Component, Node
 from nestednet.api.process import Write
+from nestednet.api.run import Run, RunRequest
 from nestednet.errors import InputError
 from nestednet.lab import components as lab_components
 from nestednet.lab import create as lab_create
@@ -34,6 +35,7 @@ from nestednet.lab import designs, record, shaping, teardown
 from nestednet.lab import status as lab_status
 from nestednet.lab.links import LabLinks, broken_because
 from nestednet.lab.nodes import Lab as LabHandle
+from nestednet.model import scenario as model_scenario
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 from nestednet.model.component_spec import (
@@ -251,6 +253,32 @@ class Lab:
     def dead_nodes(self) -> set[int]:
         """Numbers of the nodes whose parent is not running (killed, stopped, gone)."""
         return self._design.dead_nodes(self._handle)
+
+    # --- scenarios ---------------------------------------------------------------
+
+    def run(self, scenario: str | Path | model_scenario.Scenario, *, speed: float = 1.0,
+            until: float | None = None, link_model: str | Path | None = None,
+            shaping: str = FULL, keep_order: bool = False, events: str | Path | None = None,
+            length_unit: str | None = None, hello_timeout: float = 90.0,
+            plot_dir: str | Path | None = None,
+            progress: Callable[[str], None] | None = None) -> Run:
+        """Start playing ``scenario`` (a file, or a `Scenario`) on this lab and return the
+        running `Run` (use it in a ``with`` block, or call `Run.summary` to wait).
+
+        ``speed``: scenario seconds per wall-clock second; ``until``: stop at this
+        scenario time; ``link_model``: a link-model file for links the scenario gives
+        no values for; ``shaping``: full, or rate-only on a kernel without sch_netem;
+        ``events``: the events file (default: a new results directory).
+        """
+        request = RunRequest(scenario=scenario if isinstance(scenario, model_scenario.Scenario)
+                             else Path(scenario), lab=self.name, speed=speed, until=until,
+                             events=None if events is None else Path(events),
+                             hello_timeout=hello_timeout,
+                             plot_dir=None if plot_dir is None else Path(plot_dir),
+                             link_model=None if link_model is None else Path(link_model),
+                             length_unit=length_unit, shaping_mode=shaping,
+                             keep_order=keep_order)
+        return Run(request, progress=progress, _lab=self._handle).begin()
 
     # --- lifetime ----------------------------------------------------------------
 

@@ -231,7 +231,7 @@ class CaSession:
     def _start(self, scenario: Scenario, lab: Lab, events_path: Path,
                links: tuple[LinkResolver, ShapingPolicy] | None) -> None:
         # The design says where the lab's links are: one main bridge, or one per host.
-        self.links = self.design.links(lab.record)
+        self.links = self.design.links(lab.record, lab.meta)
         if manual := self.links.links():
             raise UsageError(f"lab {lab.record.lab} has {len(manual)} link(s) made by "
                              "`nestednet link add`; during a run the CA makes every link",
@@ -436,10 +436,12 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
 
 
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
-        live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
-    """Play ``scenario`` on the lab (see ensure_lab); see the module docstring."""
+        live: Live, notify: Callable[[str], None] = lambda text: None,
+        lab: Lab | None = None) -> RunSummary:
+    """Play ``scenario`` on the lab (see ensure_lab; ``lab``: it, as the caller opened
+    it, else it is opened here); see the module docstring."""
     created = options.created_lab
-    lab = Lab.open(options.lab)
+    lab = lab if lab is not None else Lab.open(options.lab)
     events_path = options.events or lab.record.path / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
     try:
