@@ -25,7 +25,9 @@ Layers, each importing only the ones below it (tests/unit/test_import_graph.py):
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False
+"""typing.TYPE_CHECKING without importing typing (which would triple this import's cost)."""
 
 __version__ = "0.1.0"
 
@@ -82,7 +84,7 @@ if TYPE_CHECKING:
     from nestednet.model.link_properties import LinkProperties
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """Load a public name's module on first use (PEP 562)."""
     where = _PUBLIC.get(name)
     if where is None:

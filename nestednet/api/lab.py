@@ -35,6 +35,7 @@ from nestednet.lab import designs, record, shaping, teardown
 from nestednet.lab import status as lab_status
 from nestednet.lab.links import LabLinks, broken_because
 from nestednet.lab.nodes import Lab as LabHandle
+from nestednet.model import link_rules
 from nestednet.model import scenario as model_scenario
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
@@ -150,8 +151,14 @@ class Lab:
                          hosts=hosts, images=images, cpus=cpus, memory=memory,
                          component_caps=component_caps, jobs=jobs, placement=placement,
                          pins=pins)
+        return cls.build(plan, keep=keep, progress=progress)
+
+    @classmethod
+    def build(cls, plan: CreatePlan, *, keep: bool = False,
+              progress: Progress | None = None) -> Lab:
+        """Build the lab `check` planned (`create` is `check` then `build`)."""
         meta = lab_create.create(plan.request, progress or (lambda _phase, _node: None))
-        lab_record = record.LabRecord(name)
+        lab_record = record.LabRecord(plan.request.lab)
         handle = LabHandle(lab_record, meta, topo.Shape(meta["nodes"], meta["iphys"]),
                            docker_engine.connect())
         return cls(handle, keep=keep)
@@ -244,11 +251,9 @@ class Lab:
 
     def get_link(self, a: str | Component, b: str | Component) -> Link:
         """The existing link between ``a`` and ``b``; InputError when there is none."""
-        wanted = {self._endpoint(a), self._endpoint(b)}
-        for link in self.links():
-            if {link.ends[0], link.ends[1]} == wanted:
-                return link
-        raise InputError(f"no link between {min(wanted)} and {max(wanted)}")
+        found = link_rules.find_link(self._lab_links().links(), self._endpoint(a),
+                                     self._endpoint(b))
+        return Link(self, *found)
 
     def dead_nodes(self) -> set[int]:
         """Numbers of the nodes whose parent is not running (killed, stopped, gone)."""

@@ -6,6 +6,7 @@ which holds the node's routable address (10.100.0.i) on its loopback.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nestednet.api import process
@@ -69,13 +70,29 @@ class Component:
                 return entry
         return {"component": self.name, "state": "missing"}
 
-    def exec(self, command: Command) -> Result:
-        """Run ``command`` (a shell line, or an argument list) to its end."""
-        return process.run(self._runner, command)
+    def exec(self, command: Command, *, stdout: process.Write | None = None,
+             stderr: process.Write | None = None) -> Result:
+        """Run ``command`` (a shell line, or an argument list) to its end.
+
+        ``stdout`` / ``stderr``: called with each chunk of bytes as it comes, instead of
+        collecting it into the `Result` (which then holds empty strings).
+        """
+        if stdout is None and stderr is None:
+            return process.run(self._runner, command)
+        code = self._runner(process.argv(command), stdout or (lambda _data: None),
+                            stderr or (lambda _data: None))
+        return Result(code, "", "")
 
     def popen(self, command: Command) -> Process:
         """Start ``command`` and return at once (traffic, servers); see `Process`."""
         return Process(self._runner, command, self.endpoint)
+
+    def swap(self, path: str | Path, *, restart: bool = False) -> dict[str, Any]:
+        """Copy your code ``path`` into it (/opt/nestednet/user; see `nestednet swap`);
+        ``restart``: restart it alone (same addresses and ports: links stay). Returns
+        ``{"to": ..., "restarted": ...}``."""
+        return self._lab._swap(topo.node_name(self.node_number), self.name, Path(path),
+                               restart)
 
     def _runner(self, argv: list[str], out: process.Write, err: process.Write) -> int:
         return self._lab._exec(topo.node_name(self.node_number), self.name, argv, out, err)

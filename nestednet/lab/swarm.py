@@ -43,6 +43,7 @@ from nestednet.adapters import docker_engine
 from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import client as hostd
+from nestednet.hostd import service as hostd_service
 from nestednet.lab import multihost as mh
 from nestednet.lab.design import (
     Build,
@@ -136,7 +137,7 @@ class SwarmDesign(NodeDesign):
         placement = placement_of(request, build.shape)
         self.dp = DataPlane.of(request.lab, build.plan, request.hosts, placement)
         self.hosts = mh.connect_all(request.hosts, sorted(set(placement.values())))
-        self.manager = mh.swarm_manager(self.hosts)
+        self.manager = hostd_service.swarm_manager(self.hosts)
         for name, host in self.hosts.items():
             if not docker_engine.image_exists(host.engine, images.DIND_IMAGE):
                 raise EnvironmentProblem(f"host {name} has no image {images.DIND_IMAGE}",
