@@ -40,9 +40,9 @@ from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
+from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
     HOST_FLOWS,
-    LATENCY_PHASES,
     ROUTE,
     host_flows_fields,
     host_flows_summary,
@@ -77,6 +77,10 @@ class RunOptions:
     """Routing strategy of a lab this run creates (an existing lab keeps its own)."""
     component_caps: tuple[str, ...] | None = None
     """Capabilities of a created lab's components (None: the default set)."""
+
+    def __post_init__(self) -> None:
+        if self.component_caps is not None:
+            self.component_caps = check_component_caps(self.component_caps)
 
 
 @dataclass
@@ -128,46 +132,6 @@ def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, sour
         policy.check_all((f"{source}: steps[{i}] {a}->{b}", props)
                          for (a, b), props in resolver.step_properties(i).items())
     return resolver, policy
-
-
-def describe_routes(routing: str, routes: list) -> str:
-    """One line for a person: route changes and convergence time per step."""
-    if routing == "none":
-        return "routing: none (route changes are recorded only with --routing direct|babel)"
-    steps = "; ".join(f"step {r['step'] + 1}: {r['changes']}"
-                      + (f" in {r['converged_s']:.1f} s" if r["converged_s"] is not None
-                         else "") for r in routes)
-    return f"route changes ({routing}): {steps or 'none'}"
-
-
-def describe_host_flows(host_flows: dict) -> str | None:
-    """One line for a person (labs over several hosts): flows in on all hosts, p50/p90."""
-    parts = []
-    for op, groups in host_flows.items():
-        for kind, figures in groups.items():
-            every, spread = figures["all_ms"], figures["spread_ms"]
-            parts.append(f"{op} {kind.replace('_', '-')} x{figures['batches']}: all hosts "
-                         f"{every['p50']:.1f}/{every['p90']:.1f} ms, spread "
-                         f"{spread['p50']:.1f}/{spread['p90']:.1f} ms")
-    return "flows per batch (p50/p90): " + "; ".join(parts) if parts else None
-
-
-def describe_negotiation(negotiation: dict) -> str:
-    """One line for a person: refusals by reason and link_up latency percentiles."""
-    if not negotiation.get("requests"):
-        return "link requests: none"
-    reasons = ", ".join(f"{reason} {count}" for reason, count
-                        in negotiation["refusals"].items()) or "none"
-    latency = negotiation["link_up_latency_ms"]
-    figures = ", ".join(f"{q} {latency[q]:.0f} ms" for q in ("p50", "p90", "p99")
-                        if latency[q] is not None) or "no links made"
-    phases = negotiation.get("latency_breakdown_ms", {})
-    split = "; ".join(f"{name.replace('_', ' ')} {phases[name]['p50']:.1f}/"
-                      f"{phases[name]['p99']:.1f}" for name in LATENCY_PHASES
-                      if name in phases)
-    return (f"link requests {negotiation['requests']}, refused {negotiation['refused']}: "
-            f"{reasons}; request -> flows in: {figures}"
-            + (f" (p50/p99 ms: {split})" if split else ""))
 
 
 @dataclass
@@ -226,7 +190,7 @@ class CaSession:
     def _start(self, scenario: Scenario, lab: Lab, events_path: Path,
                links: tuple[LinkResolver, ShapingPolicy] | None) -> None:
         # The design says where the lab's links are: one main bridge, or one per host.
-        self.links = self.design.links(lab.record)
+        self.links = self.design.links(lab.record, lab.meta)
         if manual := self.links.links():
             raise UsageError(f"lab {lab.record.lab} has {len(manual)} link(s) made by "
                              "`nestednet link add`; during a run the CA makes every link",
@@ -431,10 +395,12 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
 
 
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
-        live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
-    """Play ``scenario`` on the lab (see ensure_lab); see the module docstring."""
+        live: Live, notify: Callable[[str], None] = lambda text: None,
+        lab: Lab | None = None) -> RunSummary:
+    """Play ``scenario`` on the lab (see ensure_lab; ``lab``: it, as the caller opened
+    it, else it is opened here); see the module docstring."""
     created = options.created_lab
-    lab = Lab.open(options.lab)
+    lab = lab if lab is not None else Lab.open(options.lab)
     events_path = options.events or lab.record.path / "events.jsonl"
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
     try:
