@@ -151,7 +151,7 @@ def generate(ctx: click.Context, nodes: int | None, duration: float, step: float
           --link-model scenarios/models/laser-isl.json -o leo.json
       nestednet visibility generate --walker 550:53:6:11:1 \\
           --start 2026-11-26T00:00:00Z --duration 600 --step 10 \\
-          --ground-stations scenarios/ground-stations-4.json --iphys 5 -o leo66.json
+          --ground-stations scenarios/stations/gs4.json --iphys 5 -o leo66.json
       nestednet visibility generate --tle starlink.tle --isl los --isl-range-km 5000 \\
           --start 2026-11-26T12:00:00+01:00 --duration 60 --step 1 -o real.json
     """
