@@ -348,6 +348,10 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     """
     if LabRecord(options.lab).exists():
         return False
+    if len(scenario.nodes) > topo.MAX_NODES:
+        raise UsageError(f"the scenario has {len(scenario.nodes)} nodes; a lab has at most "
+                         f"{topo.MAX_NODES}", hint="`visibility check` and `graph` take it; "
+                                                 "`run` needs a smaller one")
     needed_iphys = max(n.iphys for n in scenario.nodes)
     notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
     jobs = {"jobs": options.jobs} if options.jobs else {}

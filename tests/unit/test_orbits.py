@@ -27,6 +27,7 @@ from nestednet.errors import UsageError
 from nestednet.model.line_of_sight import segment_clears_sphere
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.scenario_file import load_scenario, parse_scenario
+from nestednet.model.scenario_native import to_native
 from nestednet.orbits import constellation, propagate
 from nestednet.orbits.stations import GroundStation, parse_ground_stations
 from nestednet.orbits.tle import node_name, parse_tle_text, read_tle_file
@@ -507,3 +508,16 @@ def test_map_coordinates_are_geodetic():
     lats, lons = propagate.geodetic_latlon([point, (0.0, 0.0, 6356.752)])
     assert lats[0] == pytest.approx(52.52, abs=1e-6) and lons[0] == pytest.approx(13.405)
     assert lats[1] == pytest.approx(90.0)
+
+
+def test_a_scenario_larger_than_a_lab_is_checked_but_never_run():
+    from nestednet.ca.session import RunOptions, ensure_lab
+
+    shell = parse_walker("550:53:72:22:1")
+    sats = shell_tles(shell, 1, START_2026, 1)
+    scenario = constellation.build(
+        constellation.Constellation(satellites=sats, shells=[shell]),
+        constellation.Options(start=START_2026, duration=10.0, step=10.0))
+    assert len(parse_scenario(to_native(scenario), "starlink").nodes) == 1584
+    with pytest.raises(UsageError, match="1584 nodes; a lab has at most 999"):
+        ensure_lab(scenario, RunOptions(lab="orbnever"))
