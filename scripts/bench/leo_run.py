@@ -40,6 +40,8 @@ from nestednet.model.scenario_file import load_scenario
 CLI = str(Path(sys.executable).parent / "nestednet")
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 0.2
+PARK_SETTLE_S = 20
+FIRST_STEP_TIMEOUT_S = 300
 REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from [0-9.]+: icmp_seq=(\d+) ttl=\d+ "
                    r"time=([0-9.]+) ms", re.MULTILINE)
 
@@ -120,6 +122,10 @@ def main() -> None:
     events.unlink(missing_ok=True)
     pings: dict[str, subprocess.Popen] = {}
     try:
+        # create parks every node's engine as its last act; a wake (SIGUSR1) arriving while
+        # a park waits for dockerd to exit was seen to leave that node's engine.lock held
+        # for good (a later `run` then hung in its route watch): let the parks finish.
+        time.sleep(PARK_SETTLE_S)
         lab = Lab.open(args.lab)
         memory = [mb for mb in (whole_node_mb(lab, n) for n in lab.shape.node_numbers())
                   if mb is not None]
@@ -131,9 +137,13 @@ def main() -> None:
              "--json", "--events", str(events),
              *(["--until", str(args.until)] if args.until is not None else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waited = time.monotonic()
         while not _has_step(events):
             if run.poll() is not None:
                 sys.exit(f"run ended before its first step: {run.stderr.read()[-2000:]}")
+            if time.monotonic() - waited > FIRST_STEP_TIMEOUT_S:
+                run.send_signal(2)
+                sys.exit(f"no first step after {FIRST_STEP_TIMEOUT_S} s: run interrupted")
             time.sleep(0.2)
         started = time.time()
         for dst in dsts:
