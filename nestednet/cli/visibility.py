@@ -11,6 +11,7 @@ from rich.table import Table
 from nestednet.console import out_console, print_json, progress
 from nestednet.errors import UsageError
 from nestednet.model import visibility as mobility
+from nestednet.model.limits import MAX_NODES as MAX_SCENARIO_NODES
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.scenario import (
     DEFAULT_IPHYS,
@@ -210,6 +211,9 @@ def _generate_orbits(*, tle: tuple[Path, ...], walker: tuple[str, ...], start: s
         raise UsageError(f"--start: {message}") from None
     mobility.check_times(duration, step)
     shells = [walkers.parse_walker(w) for w in walker]
+    if sum(shell.size for shell in shells) > MAX_SCENARIO_NODES:
+        raise UsageError(f"--walker: {sum(shell.size for shell in shells)} satellites, more "
+                         f"than the {MAX_SCENARIO_NODES} nodes a scenario may have")
     satellites = []
     for k, shell in enumerate(shells, start=1):
         satellites += walkers.shell_tles(shell, k, when, len(satellites) + 1)

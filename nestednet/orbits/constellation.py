@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from nestednet.errors import UsageError
+from nestednet.model import limits
 from nestednet.model.line_of_sight import ATMOSPHERE_KM, EARTH_RADIUS_KM, Pair, pair
 from nestednet.model.link_models import LinkModel
 from nestednet.model.scenario import DEFAULT_IPHYS, NodeSpec, Scenario, Step
@@ -36,6 +37,8 @@ from nestednet.orbits.tle import Tle
 from nestednet.orbits.walker import WalkerShell, grid_neighbours
 
 ISL_MODES = ("grid", "los", "none")
+MAX_POSITIONS = 1_000_000
+"""Node positions over all steps: about 30 MB of JSON, under a scenario file's limit."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,18 @@ def check(constellation: Constellation, options: Options) -> None:
         raise UsageError(f"--isl-range-km must be > 0, got {options.isl_range_km:g}")
     if not (options.atmosphere_km >= 0 and np.isfinite(options.atmosphere_km)):
         raise UsageError(f"--atmosphere-km must be >= 0, got {options.atmosphere_km:g}")
+    nodes = len(constellation.satellites) + len(constellation.stations)
+    steps = len(step_times(options.duration, options.step))
+    if nodes > limits.MAX_NODES:
+        raise UsageError(f"{nodes} nodes (satellites and stations), more than the "
+                         f"{limits.MAX_NODES} a scenario may have")
+    if steps > limits.MAX_STEPS:
+        raise UsageError(f"{steps} steps, more than the {limits.MAX_STEPS} a scenario may "
+                         "have: use a longer --step")
+    if nodes * steps > MAX_POSITIONS:
+        raise UsageError(f"{nodes} nodes x {steps} steps = {nodes * steps} positions, more "
+                         f"than {MAX_POSITIONS} (the file would pass the 32 MiB limit)",
+                         hint="use a longer --step or a shorter --duration")
     names = {s.name for s in constellation.satellites}
     clash = [g.name for g in constellation.stations if g.name in names]
     if clash:

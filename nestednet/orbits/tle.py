@@ -28,6 +28,8 @@ from nestednet.errors import UsageError
 from nestednet.model.scenario import NODE_NAME_PATTERN
 
 TLE_LINE_LENGTH = 69
+MAX_TLE_BYTES = 8 * 1024 * 1024
+"""About 50,000 objects: ten times CelesTrak's whole active catalogue."""
 _NAME_RE = re.compile(NODE_NAME_PATTERN)
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -66,6 +68,10 @@ def node_name(raw: str, catalog_number: int) -> str:
 def read_tle_file(path: str | Path) -> list[Tle]:
     """Every object of a TLE file; UsageError for an unreadable file or a bad object."""
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_TLE_BYTES:
+            raise UsageError(f"{path}: {size} bytes, more than the limit of {MAX_TLE_BYTES} "
+                             "for a TLE file")
         text = Path(path).read_text("ascii")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not an ASCII TLE file (byte {exc.start})") from None

@@ -521,3 +521,17 @@ def test_a_scenario_larger_than_a_lab_is_checked_but_never_run():
     assert len(parse_scenario(to_native(scenario), "starlink").nodes) == 1584
     with pytest.raises(UsageError, match="1584 nodes; a lab has at most 999"):
         ensure_lab(scenario, RunOptions(lab="orbnever"))
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--walker", "550:53:1000:1000:0"], "1000000 satellites, more than the 5000"),
+    (["--walker", "550:53:10:10:0", "--duration", "100000", "--step", "1"],
+     "100000 steps, more than the 10000"),
+    (["--walker", "550:53:50:50:0", "--duration", "5000", "--step", "1"],
+     "2500 nodes x 5000 steps"),
+])
+def test_constellations_too_big_for_a_scenario_file_are_refused_first(tmp_path, args, words):
+    result = run_cli("visibility", "generate", "--start", "2026-11-26T00:00:00Z", *args,
+                     "-o", tmp_path / "s.json")
+    assert result.exit_code == 2 and words in result.output, result.output
+    assert not (tmp_path / "s.json").exists()
