@@ -219,13 +219,6 @@ def _generate_orbits(*, tle: tuple[Path, ...], walker: tuple[str, ...], start: s
         satellites += walkers.shell_tles(shell, k, when, len(satellites) + 1)
     for path in tle:
         satellites += tles.read_tle_file(path)
-    seen: dict[str, str] = {}
-    for s in satellites:
-        where = f"{s.source}:{s.line_number}" if s.line_number else s.source
-        if s.name in seen:
-            raise UsageError(f"{where}: object {s.name!r}: name given twice (also "
-                             f"{seen[s.name]}); node names must be unique")
-        seen[s.name] = where
     gs = stations.load_ground_stations(ground_stations) if ground_stations else []
     classes = {}
     for item in link_classes:

@@ -100,7 +100,14 @@ def check(constellation: Constellation, options: Options) -> None:
         raise UsageError(f"{nodes} nodes x {steps} steps = {nodes * steps} positions, more "
                          f"than {MAX_POSITIONS} (the file would pass the 32 MiB limit)",
                          hint="use a longer --step or a shorter --duration")
-    names = {s.name for s in constellation.satellites}
+    seen: dict[str, str] = {}
+    for s in constellation.satellites:
+        where = f"{s.source}:{s.line_number}" if s.line_number else s.source
+        if s.name in seen:
+            raise UsageError(f"{where}: object {s.name!r}: name given twice (also "
+                             f"{seen[s.name]}); node names must be unique")
+        seen[s.name] = where
+    names = set(seen)
     clash = [g.name for g in constellation.stations if g.name in names]
     if clash:
         raise UsageError(f"ground station {clash[0]!r} has the name of a satellite: node "

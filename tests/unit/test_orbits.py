@@ -535,3 +535,19 @@ def test_constellations_too_big_for_a_scenario_file_are_refused_first(tmp_path, 
                      "-o", tmp_path / "s.json")
     assert result.exit_code == 2 and words in result.output, result.output
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_name_in_two_tle_files_or_a_station_named_like_a_satellite_is_refused(tmp_path):
+    a, b = tmp_path / "a.tle", tmp_path / "b.tle"
+    a.write_text(tle_text(("SAT", ISS)))
+    b.write_text(tle_text(("OTHER", W1), ("SAT", W16)))
+    common = ["--start", "2026-11-26T00:00:00Z", "--duration", "60", "--step", "30",
+              "--isl", "none", "-o", tmp_path / "s.json"]
+    result = run_cli("visibility", "generate", "--tle", a, "--tle", b, *common)
+    assert result.exit_code == 2, result.output
+    assert f"{b}:4: object 'SAT': name given twice (also {a}:1)" in result.output
+    gs = tmp_path / "gs.json"
+    gs.write_text(json.dumps({"ground_stations": [{"name": "SAT", "lat": 0, "lon": 0}]}))
+    result = run_cli("visibility", "generate", "--tle", a, "--ground-stations", gs, *common)
+    assert result.exit_code == 2 and "ground station 'SAT' has the name of a satellite" \
+        in result.output
