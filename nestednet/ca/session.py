@@ -132,7 +132,7 @@ def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, sour
     sch_netem unless ``mode`` is rate-only.
     """
     resolver = LinkResolver(scenario, override, source=source)
-    if resolver.model is None and not any(step.links for step in scenario.steps):
+    if not resolver.has_models and not any(step.links for step in scenario.steps):
         return None
     policy = ShapingPolicy.choose(mode, netem_available(), keep_order=keep_order)
     for i in range(len(scenario.steps)):
@@ -382,6 +382,10 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     """
     if LabRecord(options.lab).exists():
         return False
+    if len(scenario.nodes) > topo.MAX_NODES:
+        raise UsageError(f"the scenario has {len(scenario.nodes)} nodes; a lab has at most "
+                         f"{topo.MAX_NODES}", hint="`visibility check` and `graph` take it; "
+                                                 "`run` needs a smaller one")
     needed_iphys = max(n.iphys for n in scenario.nodes)
     notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
     jobs = {"jobs": options.jobs} if options.jobs else {}
