@@ -1,7 +1,7 @@
 """The README's command blocks are true (issue #30): the front door cannot break unseen.
 
-Every ```sh block in README.md and in the documentation pages (docs/*.md) carries a marker on the line before it saying how it is
-checked:
+Every ```sh block in README.md and in the documentation pages (docs/*.md) carries a
+marker on the line before it saying how it is checked:
 
 - `<!-- readme-test: run -->`: every command line runs as written, in order, from the
   repository's root with .venv/bin first on PATH, and must exit 0 (system test);
