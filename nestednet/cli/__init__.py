@@ -8,6 +8,7 @@ One module per command family, each adding its commands to `main` in `register`:
 - `links`: link add/del/list, flows on the main bridge.
 - `run`, `demo`: play a scenario with the communication assistant.
 - `visibility`, `graph`: generate and check scenarios, draw them.
+- `view`: the lab and its run, live in a browser (nestednet.view).
 - `bench`: the paper's measurements, nested vs flat.
 - `hosts`: planning labs over several hosts (placement, tunnels).
 
@@ -29,6 +30,7 @@ from nestednet.cli import (
     links,
     nodes,
     run,
+    view,
     visibility,
 )
 from nestednet.console import ErrorHandlingGroup
@@ -54,5 +56,6 @@ def main() -> None:
     """
 
 
-for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts):
+for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts,
+                view):
     _module.register(main)
