@@ -107,7 +107,7 @@ function sceneTraces(snap) {
   if ($("show-visible").checked && snap.visible.length) {
     const s = segments(snap.visible.map((v) => [v.a, v.b]), pos);
     traces.push({ type: "scatter3d", mode: "lines", name: "visible pairs", ...s,
-                  line: { color: "rgba(70,80,92,0.45)", width: 2 }, hoverinfo: "skip" });
+                  line: { color: "rgba(70,80,92,0.5)", width: 2.5 }, hoverinfo: "skip" });
   }
   // Links: one trace per class, or one coloured by value (and grey for those without one).
   const groups = {};
@@ -132,7 +132,7 @@ function sceneTraces(snap) {
       line.color = CLASS_COLOURS[key] || "#90a4ae";
     }
     traces.push({ type: "scatter3d", mode: "lines", name: key + " (" + links.length + ")",
-                  ...s, line, hoverinfo: "skip" });
+                  ...s, line, hoverinfo: "skip", showlegend: key !== colour });
   }
   // Link midpoints: what a click on a link hits.
   const mid = { x: [], y: [], z: [], text: [], customdata: [] };
@@ -177,7 +177,7 @@ function sceneLayout(snap) {
     scene: { xaxis: axis, yaxis: axis, zaxis: axis,
              aspectmode: flat ? "manual" : "data",
              aspectratio: flat ? { x: 1, y: 1, z: 0.25 } : undefined,
-             camera: { eye: flat ? { x: 0.1, y: -1.3, z: 1.1 } : { x: 1.4, y: 1.2, z: 0.8 } } },
+             camera: { eye: flat ? { x: 0.05, y: -0.7, z: 1.5 } : { x: 1.7, y: 1.5, z: 1.0 } } },
   };
 }
 
@@ -201,29 +201,32 @@ function figLayout(title, extra) {
 
 function drawFigures(s) {
   const x = s.step;
+  const empty = x.length ? {} : { annotations: [{ text: "no run steps yet", showarrow: false,
+    xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#8a96a3", size: 12 } }],
+    xaxis: { visible: false }, yaxis: { visible: false } };
   Plotly.react("fig-links", [
     { x, y: s.links, type: "scatter", mode: "lines+markers", name: "links up",
       line: { color: "#1565c0" }, marker: { size: 4 } },
     { x, y: s.links_down, type: "bar", name: "taken down", marker: { color: "#ef9a9a" } },
-  ], figLayout(`Links (${s.totals.links} now)`), FIG_CONFIG);
+  ], figLayout(`Links (${s.totals.links} now)`, empty), FIG_CONFIG);
   Plotly.react("fig-requests", [
     { x, y: s.requests, type: "bar", name: "requests", marker: { color: "#64b5f6" } },
     { x, y: s.refused, type: "bar", name: "refused", marker: { color: "#ffb74d" } },
   ], figLayout(`Requests (${s.totals.requests}, ${s.totals.refused} refused)`,
-               { barmode: "overlay" }), FIG_CONFIG);
+               { barmode: "overlay", ...empty }), FIG_CONFIG);
   Plotly.react("fig-latency", [
     { x, y: s.latency_p50_ms, type: "scatter", mode: "lines+markers", name: "p50",
       line: { color: "#2e7d32" }, marker: { size: 4 }, connectgaps: false },
     { x, y: s.latency_max_ms, type: "scatter", mode: "lines+markers", name: "max",
       line: { color: "#a5d6a7", dash: "dot" }, marker: { size: 3 } },
-  ], figLayout(`Link-up latency, ms (p50 ${fmt(s.totals.latency_p50_ms)})`), FIG_CONFIG);
+  ], figLayout(`Link-up latency, ms (p50 ${fmt(s.totals.latency_p50_ms)})`, empty), FIG_CONFIG);
   Plotly.react("fig-routes", [
     { x, y: s.route_changes, type: "bar", name: "route changes", marker: { color: "#ce93d8" } },
     { x, y: s.converged_s, type: "scatter", mode: "lines+markers", name: "converged, s",
       yaxis: "y2", line: { color: "#6a1b9a" }, marker: { size: 4 } },
   ], figLayout(`Route convergence (${s.totals.routes} changes)`, {
     yaxis2: { overlaying: "y", side: "right", tickfont: { size: 9 }, rangemode: "tozero",
-              showgrid: false },
+              showgrid: false, visible: x.length > 0 }, ...empty,
   }), FIG_CONFIG);
 }
 
