@@ -92,15 +92,28 @@ class Hub:
         snap["steps_seen"] = self.step_times()
         return snap
 
-    def poll_once(self, links: bool) -> None:
+    def read_source(self, links: bool) -> tuple[list[Any], list[Any] | None]:
         """One read of the source (in a worker thread: a lab's reads block)."""
-        new = self.source.read_events()
-        found = self.source.links_now() if links else None
+        return self.source.read_events(), self.source.links_now() if links else None
+
+    def take(self, new: list[Any], found: list[Any] | None) -> None:
+        """Apply a read, on the event loop's thread: the only one that changes the state."""
         self.history += new
         self.live.apply(new)
         if found is not None:
             self.live.set_links(found)
         self.polls += 1
+
+    def frozen(self) -> state.ViewState:
+        """A copy of the live state for a worker thread (details) to read while the loop
+        goes on changing the original."""
+        copy = state.ViewState(self.live.nodes, title=self.live.title, kind=self.live.kind,
+                               scenario=self.live.scenario,
+                               scenario_links=self.live.scenario_links)
+        copy.step, copy.time, copy.visible = self.live.step, self.live.time, self.live.visible
+        copy.positions = dict(self.live.positions)
+        copy.links = dict(self.live.links)
+        return copy
 
     async def run(self) -> None:
         last_links = 0.0
@@ -111,7 +124,7 @@ class Hub:
                 last_links = now
             before = self.live.version
             try:
-                await asyncio.to_thread(self.poll_once, links)
+                self.take(*await asyncio.to_thread(self.read_source, links))
             except NestedNetError as exc:
                 self._note(str(exc))
             except Exception as exc:
@@ -196,11 +209,13 @@ def make_app(source: Source, *, bind: str = "127.0.0.1", token: str | None = Non
 
     async def api_node(request: Request) -> Response:
         name = request.query_params.get("name", "")
-        return await _details(lambda: source.node_details(name, hub.live))
+        frozen = hub.frozen()
+        return await _details(lambda: source.node_details(name, frozen))
 
     async def api_link(request: Request) -> Response:
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
-        return await _details(lambda: source.link_details(a, b, hub.live))
+        frozen = hub.frozen()
+        return await _details(lambda: source.link_details(a, b, frozen))
 
     async def stream(request: Request) -> Response:
         async def events() -> AsyncIterator[bytes]:

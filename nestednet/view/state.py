@@ -255,16 +255,19 @@ class ViewState:
     # --- reading ------------------------------------------------------------------
 
     def current_positions(self) -> dict[str, Position]:
-        """Positions in effect: the step event's, else the scenario's at this step, else
-        a circle."""
+        return self._positions()[0]
+
+    def _positions(self) -> tuple[dict[str, Position], str]:
+        """Positions in effect and where they come from: the step event's ("events"), else
+        the scenario's at this step ("scenario"), else a circle ("circle")."""
         if self.positions:
-            return self.positions
+            return self.positions, "events"
         s = self.scenario
         if s is not None and s.steps:
             index = self.step if self.step is not None and self.step < len(s.steps) else 0
             if s.steps[index].positions is not None:
-                return dict(s.steps[index].positions)
-        return circle_layout(self.nodes)
+                return dict(s.steps[index].positions), "scenario"
+        return circle_layout(self.nodes), "circle"
 
     def summary(self) -> dict[str, Any]:
         """Per step: links standing, requests, refusals, link_up latency (median), route
@@ -296,14 +299,15 @@ class ViewState:
         }
 
     def snapshot(self) -> dict[str, Any]:
-        positions = self.current_positions()
+        positions, origin = self._positions()
         unit = self.scenario.length_unit if self.scenario is not None else None
         resolved = self.scenario_links.get(self.step if self.step is not None else -1, {})
         return {
             "title": self.title, "kind": self.kind, "version": self.version,
             "time": self.time, "step": self.step,
             "steps_total": len(self.scenario.steps) if self.scenario is not None else None,
-            "length_unit": unit, "globe_radius": globe_radius(positions, unit),
+            "length_unit": unit, "positions_from": origin,
+            "globe_radius": globe_radius(positions, unit) if origin != "circle" else None,
             "nodes": [{"name": n, "position": list(positions.get(n, (0.0, 0.0, 0.0)))}
                       for n in self.nodes],
             "visible": [{"a": a, "b": b, "properties": resolved.get((a, b))}

@@ -63,13 +63,23 @@ def test_lab_page_draws_the_lab_and_a_new_link_within_2_s(lab: LabRecord):
         assert set(components) == {"gnab", "iphy1"}
         assert components["gnab"]["intra"] == "192.168.0.1/24"
         assert [(x["a"], x["b"]) for x in node["links"]] == [("n1", "n2")]
+        _cli("exec", "--lab", LAB, "n1", "iphy1", "--", "ping", "-c", "5", "-i", "0.2",
+             "192.168.2.2")
         link = _get(base + "api/link?a=n1&b=n2")
         assert link["up"] is True
         for direction in link["directions"].values():
             assert direction["configured"]["rate_bps"] == 20_000_000
             assert direction["kernel"]["rate_bps"] == 20_000_000
-            assert direction["counters"] is not None
+            assert direction["counters"]["tx_packets"] >= 5  # the pings and their replies
 
+        chrome.execute_script("nnView.select('node|n1')")
+        wait_for(chrome, "document.getElementById('details').textContent"
+                         ".includes('192.168.0.1/24')", 30, "n1's components in the panel")
+        chrome.execute_script("nnView.select('link|n1|n2')")
+        wait_for(chrome, "document.getElementById('details').textContent"
+                         ".includes('kernel holds')", 30, "the link's properties in the panel")
+        panel = chrome.execute_script("return document.getElementById('details').textContent")
+        assert panel.count("20.00 Mbit/s") == 4, panel  # configured and kernel, both ways
         chrome.execute_script("document.getElementById('colour').value = 'rate';"
                               "document.getElementById('colour').dispatchEvent("
                               "new Event('change'));")
@@ -123,7 +133,10 @@ def test_run_shows_live_and_replays_from_its_directory(lab: LabRecord, tmp_path:
                      "the run's first step on the page", interval=0.2)
             wait_for(chrome, "nnView.linksDrawn() >= 1", 30, "a link the CA made")
             wait_for(chrome, "nnView.live.step === 3", 60, "the last step", interval=0.2)
-            time.sleep(1.5)
+            chrome.execute_script("nnView.select('node|n2')")
+            wait_for(chrome, "document.getElementById('details').textContent"
+                             ".includes('192.168.0.1/24')", 30, "n2's components")
+            time.sleep(1.0)
             screenshot(chrome, "run-live.png")
             _out, err = run.communicate(timeout=120)
         finally:

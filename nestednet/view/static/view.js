@@ -10,6 +10,7 @@ const view = {
   mode: "live", live: null, shown: null, selection: null, playing: null,
   renders: 0, renderTimes: [], snapshots: 0, figuresAt: 0, errors: [],
   nodesDrawn() { return drawnCount("nodes"); },
+  select(what) { select(what); },
   linksDrawn() { return drawnCount("link ends"); },
 };
 window.nnView = view;
@@ -165,10 +166,11 @@ function sceneTraces(snap) {
 }
 
 function sceneLayout(snap) {
-  const xs = snap.nodes.map((n) => n.position[2]);
-  const flat = !snap.globe_radius && xs.every((z) => z === xs[0]);
-  const axis = { showbackground: false, showgrid: !snap.globe_radius, zeroline: false,
-                 visible: !snap.globe_radius, title: { text: "" },
+  const zs = snap.nodes.map((n) => n.position[2]);
+  const flat = !snap.globe_radius && zs.every((z) => z === zs[0]);
+  const bare = snap.globe_radius || snap.positions_from === "circle";
+  const axis = { showbackground: false, showgrid: !bare, zeroline: false,
+                 visible: !bare, title: { text: "" },
                  gridcolor: "#e3e8ee", tickfont: { size: 9, color: "#8a96a3" } };
   return {
     uirevision: "keep", margin: { l: 0, r: 0, t: 0, b: 0 }, paper_bgcolor: "#ffffff",
@@ -359,7 +361,12 @@ async function loadDetails() {
 function onClick(event) {
   const point = event.points && event.points[0];
   if (!point || typeof point.customdata !== "string") return;
-  const parts = point.customdata.split("|");
+  select(point.customdata);
+}
+
+// "node|NAME" or "link|A|B", as the scene's points carry it (also for tests).
+function select(customdata) {
+  const parts = customdata.split("|");
   view.selection = parts[0] === "node" ? { kind: "node", name: parts[1] }
     : { kind: "link", a: parts[1], b: parts[2] };
   $("details").innerHTML = '<p class="muted">reading…</p>';
@@ -411,7 +418,8 @@ function play() {
 }
 
 function start() {
-  Plotly.newPlot("scene", [], sceneLayout({ nodes: [], globe_radius: null }), PLOT_CONFIG);
+  Plotly.newPlot("scene", [], sceneLayout({ nodes: [], globe_radius: null,
+                                           positions_from: "circle" }), PLOT_CONFIG);
   $("scene").on("plotly_click", onClick);
   $("slider").addEventListener("input", (e) => showStep(Number(e.target.value)));
   $("go-live").addEventListener("click", goLive);
