@@ -5,8 +5,9 @@ SHELL := /bin/bash
 
 .PHONY: demo test setup lint unit system kernel clean-labs
 
+# DEMO_ARGS: options for `nestednet demo`, e.g. make demo DEMO_ARGS="--speed 10 --keep".
 demo: setup
-	.venv/bin/nestednet demo
+	.venv/bin/nestednet demo $(DEMO_ARGS)
 
 test: setup
 	scripts/test

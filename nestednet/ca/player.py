@@ -40,24 +40,40 @@ class Player:
 
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
              tick: float = 0.25,
-             on_step_done: Callable[[int], None] = lambda index: None) -> PlayResult:
+             on_step_done: Callable[[int], None] = lambda index: None,
+             start_at: float = 0.0) -> PlayResult:
         """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time,
-        ``on_step_done`` each played step's index once its time is over."""
-        start = time.monotonic()
-        played = 0
+        ``on_step_done`` each played step's index once its time is over.
+
+        ``start_at``: the scenario time to start from (a resumed run): the clock starts
+        there, the step in effect then is applied at once and the earlier ones never.
+        """
+        start = time.monotonic() - start_at / self.speed
+        current = self.step_at(start_at)
+        played, last = 0, None
         for index, step in enumerate(self.scenario.steps):
             if step.time > self.end:
                 break
+            if index < current:
+                continue
             if self._wait_until(start, step.time, stop, on_tick, tick):
                 return PlayResult(played, self._now(start), True)
-            if played:
-                on_step_done(index - 1)
+            if last is not None:
+                on_step_done(last)
             self.apply_now(index)
-            played += 1
+            played, last = played + 1, index
         interrupted = self._wait_until(start, self.end, stop, on_tick, tick)
-        if played and not interrupted:
-            on_step_done(played - 1)
+        if last is not None and not interrupted:
+            on_step_done(last)
         return PlayResult(played, min(self._now(start), self.end), interrupted)
+
+    def step_at(self, scenario_time: float) -> int:
+        """The index of the step in effect at ``scenario_time`` (0 before the first)."""
+        index = 0
+        for k, step in enumerate(self.scenario.steps):
+            if step.time <= scenario_time:
+                index = k
+        return index
 
     def _now(self, start: float) -> float:
         return (time.monotonic() - start) * self.speed

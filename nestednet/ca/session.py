@@ -40,6 +40,7 @@ from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT
+from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
     HOST_FLOWS,
     LATENCY_PHASES,
@@ -77,6 +78,10 @@ class RunOptions:
     """Routing strategy of a lab this run creates (an existing lab keeps its own)."""
     component_caps: tuple[str, ...] | None = None
     """Capabilities of a created lab's components (None: the default set)."""
+
+    def __post_init__(self) -> None:
+        if self.component_caps is not None:
+            self.component_caps = check_component_caps(self.component_caps)
 
 
 @dataclass

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from nestednet.cli.run import run
+from nestednet.ca.runner import RunRequest
+from nestednet.cli.run import execute
 from nestednet.console import FiniteFloat
 
 DEMO_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo-12x4.json"
@@ -21,8 +22,7 @@ def register(group: click.Group) -> None:
 @click.option("--speed", type=FiniteFloat(min=0, min_open=True), default=2.0,
               show_default=True, help="Scenario seconds per wall-clock second.")
 @click.option("--keep", is_flag=True, help="Keep the lab afterwards (default: delete it).")
-@click.pass_context
-def demo(ctx: click.Context, lab: str, speed: float, keep: bool) -> None:
+def demo(lab: str, speed: float, keep: bool) -> None:
     """Run the default demo: a 12-node x 4-iPHY MANET scenario, end to end.
 
     Creates the lab, lets the CA and the GNAB agents negotiate links while the
@@ -33,5 +33,5 @@ def demo(ctx: click.Context, lab: str, speed: float, keep: bool) -> None:
     if not DEMO_SCENARIO.exists():
         raise click.UsageError(f"demo scenario {DEMO_SCENARIO} not found (a source checkout is "
                                "needed)")
-    ctx.invoke(run, scenario=DEMO_SCENARIO, lab=lab, speed=speed, until=None, events=None,
-               remove_lab=not keep, iphys=None, hello_timeout=120, as_json=False)
+    execute(RunRequest(scenario=DEMO_SCENARIO, lab=lab, speed=speed, remove_lab=not keep,
+                       hello_timeout=120), as_json=False)

@@ -16,18 +16,19 @@ import click
 from rich.live import Live as RichLive
 from rich.text import Text
 
+from nestednet.ca.runner import RunRequest
 from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
 from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
-from nestednet.lab import lock, runs
+from nestednet.lab import runs
 from nestednet.model.link_properties import describe_link_steps
-from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, Scenario
-from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
+from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS
+from nestednet.model.scenario_file import DEFAULT_IPHYS
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.step_figures import StepFigures, StepTally
 
 if TYPE_CHECKING:
-    from nestednet.ca import session
+    from nestednet.ca import runner, session
 
 
 def _session() -> ModuleType:
@@ -35,6 +36,13 @@ def _session() -> ModuleType:
     from nestednet.ca import session
 
     return session
+
+
+def _runner() -> ModuleType:
+    # Lazy for the same reason: nestednet.ca.runner's Run plays through the CA runtime.
+    from nestednet.ca import runner
+
+    return runner
 
 
 def register(group: click.Group) -> None:
@@ -112,108 +120,46 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
       nestednet run scenarios/thesis-fig-3.11.json --link-model \
           scenarios/models/wifi-2g4.json --length-unit m
     """
-    loaded = load_scenario(scenario, nestednet_iphys=_iphys(lab, iphys),
-                           length_unit=length_unit)
-    model = load_link_model(link_model) if link_model is not None else None
-    links = _session().plan_shaping(loaded, model, shaping_mode, str(scenario), _netem(lab),
-                                 keep_order=keep_order)
-    if events is not None:
-        runs.check_writable(events, "--events")
-    options = _session().RunOptions(lab=lab, speed=speed, until=until, events=events,
-                                 remove_lab=remove_lab, hello_timeout=hello_timeout,
-                                 plot_dir=plot_dir, links=links[0] if links else None,
-                                 shaping=links[1] if links else None, routing=routing,
-                                 component_caps=component_caps)
-    with lock.hold(lab, lock.RUN), runs.RunMarker(lab).held(remove_lab):
-        options.created_lab = _session().ensure_lab(loaded, options, notify=progress)
-        if options.events is None:
-            options.events = runs.results_dir(lab) / "events.jsonl"
-        summary, interrupted = _play(loaded, options)
-    _print_summary(summary, options, as_json)
+    execute(RunRequest(
+        scenario=scenario, lab=lab, speed=speed, until=until, events=events,
+        remove_lab=remove_lab, iphys=iphys, hello_timeout=hello_timeout, plot_dir=plot_dir,
+        link_model=link_model, length_unit=length_unit, shaping_mode=shaping_mode,
+        keep_order=keep_order, routing=routing, component_caps=component_caps), as_json)
+
+
+def execute(request: RunRequest, as_json: bool) -> None:
+    """Play ``request`` with the live display, print the summary; exit 130 after Ctrl-C.
+
+    `run` and `demo` both end here, each with its own typed request.
+    """
+    active = _runner().Run(request, notify=progress)
+    with active:
+        interrupted = _play(active)
+    summary = active.summary()
+    _print_summary(summary, active.options, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-def _netem(lab: str) -> Callable[[], bool]:
-    """Whether the kernels that will shape the run's links have sch_netem: an existing
-    lab's (each host's, for a lab over several hosts), else this machine's (the lab run
-    creates is a one-host lab)."""
-    def probe() -> bool:
-        # Lazy: the probe imports pyroute2 and a lab's runtime; only shaped runs ask.
-        from nestednet.lab import designs
-        from nestednet.lab.nodes import Lab
-        from nestednet.lab.record import LabRecord
-        from nestednet.lab.shaping import netem_available
-
-        if not LabRecord(lab).exists():
-            return netem_available()
-        opened = Lab.open(lab)
-        return designs.of(opened.meta).links(opened.record).netem_available()
-    return probe
-
-
-def _iphys(lab: str, given: int | None) -> int:
-    """--iphys, else the existing lab's count (a scenario fits the lab it runs on)."""
-    if given is not None:
-        return given
-    return runs.lab_iphys(lab) or DEFAULT_IPHYS
-
-
-class _Worker:
-    """session.run on its own thread; the main thread keeps the display and Ctrl-C."""
-
-    def __init__(self, scenario: Scenario, options: session.RunOptions,
-                 stop: threading.Event, live: session.Live) -> None:
-        self._args = (scenario, options, stop, live)
-        self._summary: session.RunSummary | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name="nestednet-run")
-
-    def _work(self) -> None:
-        try:
-            self._summary = _session().run(*self._args, notify=progress)
-        except BaseException as exc:  # handed to the main thread, which reports it
-            self._error = exc
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def wait(self, seconds: float) -> bool:
-        """True while the run goes on."""
-        self._thread.join(seconds)
-        return self._thread.is_alive()
-
-    def result(self) -> session.RunSummary:
-        if self._error is not None:
-            raise self._error
-        assert self._summary is not None, "the run thread ended without a result"
-        return self._summary
-
-
-def _play(scenario: Scenario, options: session.RunOptions) -> tuple[session.RunSummary, bool]:
-    """Run the scenario, showing each step as it ends; (summary, interrupted by Ctrl-C)."""
-    assert options.events is not None
-    stop, live = threading.Event(), _session().Live()
-    worker = _Worker(scenario, options, stop, live)
-    tail, tally = runs.EventTail(options.events), StepTally()
-    with _ctrl_c_sets(stop) as interrupted:
-        worker.start()
-        with _status_display(lambda: _status_line(live, tally)) as refresh:
-            warned = False
-            while worker.wait(0.25):
-                _print_steps(tally.add(tail.read()), live)
-                if interrupted.is_set() and not warned:
-                    warned = True
-                    err_console.print("stopping (Ctrl-C): removing the run's links ...")
-                refresh()
-    summary = worker.result()
-    _print_steps(tally.add(tail.read()) + tally.finish(), live)
-    return summary, interrupted.is_set()
+def _play(active: runner.Run) -> bool:
+    """Show each step of a started run as it ends; True if Ctrl-C stopped it."""
+    live, tally = active.live, StepTally()
+    with (_ctrl_c_sets(active.stop) as interrupted,
+          _status_display(lambda: _status_line(live, tally)) as refresh):
+        warned = False
+        while active.wait(0.25):
+            _print_steps(tally.add(active.new_events()), live)
+            if interrupted.is_set() and not warned:
+                warned = True
+                err_console.print("stopping (Ctrl-C): removing the run's links ...")
+            refresh()
+    _print_steps(tally.add(active.new_events()) + tally.finish(), live)
+    return interrupted.is_set()
 
 
 @contextmanager
-def _ctrl_c_sets(stop: threading.Event) -> Iterator[threading.Event]:
-    """While inside, SIGINT sets ``stop`` (and the yielded event) instead of raising.
+def _ctrl_c_sets(stop: Callable[[], None]) -> Iterator[threading.Event]:
+    """While inside, SIGINT calls ``stop`` (and sets the yielded event) instead of raising.
 
     A KeyboardInterrupt could land anywhere in the main thread (even inside
     Thread.join, leaving it unsure whether the run thread ended); a flag the loop
@@ -223,7 +169,7 @@ def _ctrl_c_sets(stop: threading.Event) -> Iterator[threading.Event]:
 
     def handler(_signum: int, _frame: object) -> None:
         interrupted.set()
-        stop.set()
+        stop()
 
     previous = signal.signal(signal.SIGINT, handler)
     try:

@@ -39,7 +39,7 @@ from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
 from nestednet.lab.wiring import LAB_ID
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
-from nestednet.model.component_spec import COMPONENT_CAPS
+from nestednet.model.component_spec import COMPONENT_CAPS, check_component_caps
 from nestednet.model.placement import DEFAULT_STRATEGY, HostSet
 from nestednet.routing.strategy import RoutingStrategy
 
@@ -75,6 +75,19 @@ class CreateRequest:
     """How nodes are spread over ``hosts`` (nestednet.model.placement.STRATEGIES)."""
     pins: tuple[str, ...] = ()
     """`--place NODE=HOST` items, checked against the shape and the hosts."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "component_caps", check_component_caps(self.component_caps))
+        # The same trap as the capabilities: a bare string would be iterated per character.
+        if isinstance(self.pins, str) or not all(isinstance(p, str) for p in self.pins):
+            raise TypeError(f"pins must be a tuple of NODE=HOST strings, not {self.pins!r}")
+        if isinstance(self.images, str) or not all(
+                isinstance(pair, tuple) and len(pair) == 2
+                and all(isinstance(x, str) for x in pair) for pair in self.images):
+            raise TypeError(f"images must be a tuple of (role, image) pairs, not "
+                            f"{self.images!r} (parse text with parse_component_images)")
+        object.__setattr__(self, "pins", tuple(self.pins))
+        object.__setattr__(self, "images", tuple(self.images))
 
     def image_for(self, component: int) -> str | None:
         """The user's image for this component, or None for NestedNet's own."""

@@ -39,6 +39,26 @@ def parse_component_caps(text: str) -> tuple[str, ...]:
     return tuple(caps)
 
 
+def check_component_caps(caps: object) -> tuple[str, ...]:
+    """``caps`` as a request holds it: a tuple of capability names NestedNet grants.
+
+    A bare string is refused, not iterated: ``tuple("NET_ADMIN,NET_RAW")`` would be one
+    "capability" per character (the `nestednet demo` bug of 2026-11-23, where a click
+    default reached the request unconverted). Text from a user goes through
+    parse_component_caps first.
+    """
+    if isinstance(caps, str) or not isinstance(caps, (tuple, list)):
+        raise TypeError(f"component_caps must be a tuple of capability names, not "
+                        f"{type(caps).__name__} {caps!r} (parse text with "
+                        "parse_component_caps)")
+    for cap in caps:
+        if not isinstance(cap, str) or cap not in ALLOWED_COMPONENT_CAPS:
+            allowed = ", ".join(sorted(ALLOWED_COMPONENT_CAPS))
+            raise UsageError(f"component capability {cap!r} is not one NestedNet grants",
+                             hint=f"a tuple drawn from {allowed}")
+    return tuple(caps)
+
+
 IMAGE_ROLES = ("gnab", "iphy")
 
 

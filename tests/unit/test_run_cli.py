@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nestednet.ca import runner
 from nestednet.cli import run as run_cli
 from nestednet.lab import runs
 from nestednet.lab.record import LabRecord
@@ -75,12 +76,12 @@ def test_iphys_default_is_the_existing_labs(tmp_path, monkeypatch):
     assert runs.lab_iphys("small", tmp_path) == 2
     assert runs.lab_iphys("absent", tmp_path) is None
     monkeypatch.setattr(runs, "lab_iphys", lambda lab: {"small": 2}.get(lab))
-    assert run_cli._iphys("small", None) == 2
-    assert run_cli._iphys("small", 3) == 3
-    assert run_cli._iphys("absent", None) == 4
+    assert runner.iphys_for("small", None) == 2
+    assert runner.iphys_for("small", 3) == 3
+    assert runner.iphys_for("absent", None) == 4
     # a 4-node NestedNet-format file then needs exactly the 4 x 2 lab's shape
     scenario = load_scenario(SCENARIOS / "nestednet-format-example.json",
-                             nestednet_iphys=run_cli._iphys("small", None))
+                             nestednet_iphys=runner.iphys_for("small", None))
     assert {n.iphys for n in scenario.nodes} == {2}
 
 
@@ -102,7 +103,7 @@ def test_event_tail_reads_whole_lines_and_skips_earlier_runs(tmp_path):
 def test_ctrl_c_sets_stop_instead_of_raising_and_restores_the_handler():
     before = signal.getsignal(signal.SIGINT)
     stop = threading.Event()
-    with run_cli._ctrl_c_sets(stop) as interrupted:
+    with run_cli._ctrl_c_sets(stop.set) as interrupted:
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.wait(5) and interrupted.is_set()
     assert signal.getsignal(signal.SIGINT) is before

@@ -1,0 +1,271 @@
+"""One scenario run as a library call, for every caller alike.
+
+`nestednet run`, `nestednet demo` and the Python API all describe a run with a
+`RunRequest` (typed and checked when it is made) and play it with `Run`. No command
+calls another command to get there: that once let `demo` hand click's raw option
+defaults (the string "NET_ADMIN,NET_RAW" for the component capabilities) to the lab,
+which then asked Docker for one capability per character.
+
+A `Run` checks everything it can before it touches the machine (scenario, link model,
+shaping on this kernel, the events file), then, on entering its context, takes the
+lab's lock, writes the run marker, creates the lab if needed (on the calling thread:
+python-ovs needs the main thread) and plays the scenario on a thread of its own, so
+the caller keeps its thread for a display, for Ctrl-C or for reading events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from nestednet.errors import UsageError
+from nestednet.lab import lock, runs
+from nestednet.model.component_spec import check_component_caps
+from nestednet.model.events import Event
+from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, Scenario
+from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
+from nestednet.model.shaping_policy import FULL, MODES
+from nestednet.routing import strategies
+
+if TYPE_CHECKING:
+    from nestednet.ca import session
+
+Notify = Callable[[str], None]
+
+
+def _session() -> ModuleType:
+    # Lazy: the CA runtime loads docker, and a RunRequest alone must not.
+    from nestednet.ca import session
+
+    return session
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a run is asked for; the defaults are `nestednet run`'s.
+
+    Made once from typed values (a CLI's parsed options, an API call) and refused at
+    construction when a value has the wrong type or range, so no caller can pass raw
+    text where a parsed value is meant.
+    """
+
+    scenario: Path
+    lab: str = "nn"
+    speed: float = 1.0
+    until: float | None = None
+    events: Path | None = None
+    """Event log (JSON lines); None: a new results directory under runs.RUNS_DIR."""
+    remove_lab: bool = False
+    iphys: int | None = None
+    """iPHYs per node for NestedNet-format scenarios; None: the lab's, else the default."""
+    hello_timeout: float = 90.0
+    plot_dir: Path | None = None
+    link_model: Path | None = None
+    length_unit: str | None = None
+    shaping_mode: str = FULL
+    keep_order: bool = False
+    routing: str = strategies.DEFAULT
+    """Routing of a lab this run creates (an existing lab keeps its own)."""
+    component_caps: tuple[str, ...] | None = None
+    """Capabilities of a created lab's components; None: the default set."""
+
+    def __post_init__(self) -> None:
+        for name in ("scenario", "events", "plot_dir", "link_model"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
+        if self.component_caps is not None:
+            object.__setattr__(self, "component_caps",
+                               check_component_caps(self.component_caps))
+        _check_number("speed", self.speed, minimum=0.0, open_minimum=True)
+        if self.until is not None:
+            _check_number("until", self.until, minimum=0.0)
+        _check_number("hello_timeout", self.hello_timeout, minimum=1.0)
+        if self.iphys is not None and (isinstance(self.iphys, bool)
+                                       or not isinstance(self.iphys, int)
+                                       or not 1 <= self.iphys <= MAX_IPHYS):
+            raise UsageError(f"iphys: {self.iphys!r} is not a whole number in 1..{MAX_IPHYS}")
+        if self.shaping_mode not in MODES:
+            raise UsageError(f"shaping_mode: {self.shaping_mode!r} is not one of "
+                             f"{', '.join(MODES)}")
+        if self.length_unit is not None and self.length_unit not in LENGTH_UNITS:
+            raise UsageError(f"length_unit: {self.length_unit!r} is not one of "
+                             f"{', '.join(sorted(LENGTH_UNITS))}")
+        if self.routing not in strategies.STRATEGIES:
+            raise UsageError(f"routing: {self.routing!r} is not one of "
+                             f"{', '.join(strategies.STRATEGIES)}")
+
+
+def _check_number(name: str, value: object, *, minimum: float,
+                  open_minimum: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < minimum \
+            or (open_minimum and value == minimum):
+        bound = f"> {minimum:g}" if open_minimum else f">= {minimum:g}"
+        raise UsageError(f"{name}: {value!r} is not a finite number {bound}")
+
+
+def iphys_for(lab: str, given: int | None) -> int:
+    """iPHYs per node for a NestedNet-format scenario: ``given``, else the existing lab's
+    count (a scenario fits the lab it runs on), else the default."""
+    if given is not None:
+        return given
+    return runs.lab_iphys(lab) or DEFAULT_IPHYS
+
+
+class Run:
+    """A scenario played on a lab: made (checked), entered (started), left (finished).
+
+    ::
+
+        with Run(RunRequest(Path("scenarios/small-4x2.json"), lab="demo")) as run:
+            for event in run.events():
+                ...
+        print(run.summary())
+
+    Leaving the context stops a run still playing (its links are withdrawn), waits for
+    it, and releases the lab; `summary()` then gives the figures, or raises the error
+    the run ended with.
+    """
+
+    def __init__(self, request: RunRequest, *, notify: Notify = lambda text: None) -> None:
+        if not isinstance(request, RunRequest):
+            raise TypeError(f"Run takes a RunRequest, not {type(request).__name__}")
+        self.request = request
+        self._notify = notify
+        self.scenario: Scenario = load_scenario(
+            request.scenario, nestednet_iphys=iphys_for(request.lab, request.iphys),
+            length_unit=request.length_unit)
+        model = load_link_model(request.link_model) if request.link_model is not None \
+            else None
+        links = _session().plan_shaping(self.scenario, model, request.shaping_mode,
+                                     str(request.scenario), self._netem,
+                                     keep_order=request.keep_order)
+        if request.events is not None:
+            runs.check_writable(request.events, "--events")
+        self.options = _session().RunOptions(
+            lab=request.lab, speed=request.speed, until=request.until, events=request.events,
+            remove_lab=request.remove_lab, hello_timeout=request.hello_timeout,
+            plot_dir=request.plot_dir, links=links[0] if links else None,
+            shaping=links[1] if links else None, routing=request.routing,
+            component_caps=request.component_caps)
+        self.live = _session().Live()
+        """What a display reads while the run plays (phase, scenario time, step)."""
+        self._stop = threading.Event()
+        self._stack: contextlib.ExitStack | None = None
+        self._started = False
+        self._thread: threading.Thread | None = None
+        self._summary: session.RunSummary | None = None
+        self._error: BaseException | None = None
+        self._tail: runs.EventTail | None = None
+
+    def _netem(self) -> bool:
+        """Whether the kernels that will shape the run's links have sch_netem: an existing
+        lab's (each host's, for a lab over several hosts), else this machine's."""
+        # Lazy: the probe imports pyroute2 and a lab's runtime; only shaped runs ask.
+        from nestednet.lab import designs
+        from nestednet.lab.nodes import Lab
+        from nestednet.lab.record import LabRecord
+        from nestednet.lab.shaping import netem_available
+
+        if not LabRecord(self.request.lab).exists():
+            return netem_available()
+        opened = Lab.open(self.request.lab)
+        return designs.of(opened.meta).links(opened.record).netem_available()
+
+    @property
+    def events_path(self) -> Path:
+        """Where the events go (known once the run has started)."""
+        if self.options.events is None:
+            raise RuntimeError("the run has not started: its results directory is made then")
+        return self.options.events
+
+    def start(self) -> Run:
+        """Lock the lab, create it if needed, and start playing on a thread of our own."""
+        if self._started:
+            raise RuntimeError("this run was started already")
+        self._started = True
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(lock.hold(self.request.lab, lock.RUN))
+            stack.enter_context(runs.RunMarker(self.request.lab).held(self.request.remove_lab))
+            self.options.created_lab = _session().ensure_lab(self.scenario, self.options,
+                                                          notify=self._notify)
+            if self.options.events is None:
+                self.options.events = runs.results_dir(self.request.lab) / "events.jsonl"
+            self._tail = runs.EventTail(self.options.events)
+            self._thread = threading.Thread(target=self._play, name="nestednet-run")
+            self._thread.start()
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def _play(self) -> None:
+        try:
+            self._summary = _session().run(self.scenario, self.options, self._stop, self.live,
+                                        notify=self._notify)
+        except BaseException as exc:  # handed to whoever asks for the summary
+            self._error = exc
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the run to end; True while it still plays."""
+        if self._thread is None:
+            return False
+        self._thread.join(timeout)
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Ask the run to stop now; it withdraws its links and ends (see summary())."""
+        self._stop.set()
+
+    def new_events(self) -> list[Event]:
+        """Events written since the last call (whole lines only), without waiting."""
+        return self._tail.read() if self._tail is not None else []
+
+    def events(self, poll: float = 0.25) -> Iterator[Event]:
+        """Every event of this run as it is written, until the run ends."""
+        while True:
+            alive = self.wait(poll)
+            yield from self.new_events()
+            if not alive:
+                return
+
+    def summary(self) -> session.RunSummary:
+        """The run's figures once it has ended (waits for it); the run's error if it failed."""
+        if self._thread is None:
+            raise RuntimeError("the run was never started")
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._summary is not None, "the run thread ended without a result"
+        return self._summary
+
+    def close(self) -> None:
+        """Stop the run if it still plays, wait for it, release the lab's lock."""
+        if self._stack is None:
+            return
+        try:
+            if self.running():
+                self.stop()
+            if self._thread is not None:
+                self._thread.join()
+        finally:
+            stack, self._stack = self._stack, None
+            stack.close()
+
+    def __enter__(self) -> Run:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
