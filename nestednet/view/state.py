@@ -310,7 +310,10 @@ class ViewState:
             "globe_radius": globe_radius(positions, unit) if origin != "circle" else None,
             "nodes": [{"name": n, "position": list(positions.get(n, (0.0, 0.0, 0.0)))}
                       for n in self.nodes],
-            "visible": [{"a": a, "b": b, "properties": resolved.get((a, b))}
+            "visible": [{"a": a, "b": b, "properties": resolved.get((a, b)),
+                         "delay_ms": _worst(resolved.get((a, b)), "delay_us", 1000.0),
+                         "rate_mbps": _worst(resolved.get((a, b)), "rate_bps", 1e6,
+                                             lowest=True)}
                         for a, b in self.visible],
             "links": [link.as_dict() for _, link in sorted(self.links.items())],
             "summary": self.summary(),

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser import CLI, browser, console_errors, screenshot, view_server, wait_for
+from browser import CLI, ROOT, browser, console_errors, screenshot, view_server, wait_for
 from labs import module_lab
 
 from nestednet.lab.record import LabRecord
@@ -173,3 +173,28 @@ def test_run_shows_live_and_replays_from_its_directory(lab: LabRecord, tmp_path:
         shot = screenshot(chrome, "run-replay.png")
         assert console_errors(chrome) == []
     assert shot.exists()
+
+
+def test_earth_centred_scenario_is_drawn_on_a_globe(tmp_path: Path):
+    """Orbits in ECEF kilometres (as TLE/Walker scenarios give them) go around a globe,
+    and visible pairs take the colour of the delay the scenario's model gives them."""
+    scenario = tmp_path / "leo.json"
+    _cli("visibility", "generate", "--model", "orbit", "--nodes", "24", "--altitude", "550",
+         "--planes", "4", "--range", "5000", "--length-unit", "km", "--duration", "120",
+         "--step", "60", "--link-model", str(ROOT / "scenarios" / "models" / "laser-isl.json"),
+         "-o", str(scenario))
+    with view_server(str(scenario)) as server, browser() as chrome:
+        chrome.get(server["url"])
+        wait_for(chrome, "window.nnView && nnView.snapshots >= 1", 20, "the first snapshot")
+        assert chrome.execute_script("return nnView.nodesDrawn()") == 24
+        assert chrome.execute_script("return nnView.shown.globe_radius") == 6371
+        assert chrome.execute_script(
+            "return document.getElementById('scene').data.some(t => t.name === 'Earth')")
+        chrome.execute_script("document.getElementById('colour').value = 'delay';"
+                              "document.getElementById('colour').dispatchEvent("
+                              "new Event('change'));")
+        wait_for(chrome, "document.getElementById('scene').data.some("
+                         "t => t.name === 'visible pairs' && t.line.colorscale)", 5,
+                 "visible pairs coloured by delay")
+        screenshot(chrome, "scenario-globe.png")
+        assert console_errors(chrome) == []

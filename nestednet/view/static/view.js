@@ -8,7 +8,7 @@ const CLASS_COLOURS = {
 };
 const view = {
   mode: "live", live: null, shown: null, selection: null, playing: null,
-  renders: 0, renderTimes: [], snapshots: 0, figuresAt: 0, errors: [],
+  renders: 0, renderTimes: [], renderMs: [], snapshots: 0, figuresAt: 0, errors: [],
   nodesDrawn() { return drawnCount("nodes"); },
   select(what) { select(what); },
   linksDrawn() { return drawnCount("link ends"); },
@@ -100,6 +100,15 @@ function linkValue(link, colour) {
   return null;
 }
 
+function colourScale(colour, values) {
+  const scale = { colorscale: colour === "rate" ? "Viridis" : "Plasma",
+                  cmin: Math.min(...values), cmax: Math.max(...values), showscale: true,
+                  colorbar: { title: { text: colour === "rate" ? "Mbit/s" : "ms" }, len: 0.5,
+                              thickness: 12, x: 0.98 } };
+  if (scale.cmin === scale.cmax) { scale.cmin -= 1; scale.cmax += 1; }
+  return scale;
+}
+
 function sceneTraces(snap) {
   const pos = {};
   for (const n of snap.nodes) pos[n.name] = n.position;
@@ -107,8 +116,16 @@ function sceneTraces(snap) {
   const traces = snap.globe_radius ? globeTraces(snap.globe_radius) : [];
   if ($("show-visible").checked && snap.visible.length) {
     const s = segments(snap.visible.map((v) => [v.a, v.b]), pos);
-    traces.push({ type: "scatter3d", mode: "lines", name: "visible pairs", ...s,
-                  line: { color: "rgba(70,80,92,0.5)", width: 2.5 }, hoverinfo: "skip" });
+    const line = { color: "rgba(70,80,92,0.5)", width: 2.5 };
+    // A scenario alone has no links: colour what it would give each visible pair.
+    const vals = snap.visible.map((v) => linkValue(v, colour));
+    if (!snap.links.length && colour !== "class" && vals.some((v) => v !== null)) {
+      const known = vals.filter((v) => v !== null);
+      Object.assign(line, colourScale(colour, known), { width: 4,
+        color: vals.flatMap((v) => [v, v, null]) });
+    }
+    traces.push({ type: "scatter3d", mode: "lines", name: "visible pairs", ...s, line,
+                  hoverinfo: "skip", showlegend: !line.colorscale });
   }
   // Links: one trace per class, or one coloured by value (and grey for those without one).
   const groups = {};
@@ -122,13 +139,8 @@ function sceneTraces(snap) {
     const s = segments(links.map((l) => [l.a, l.b]), pos);
     const line = { width: 6 };
     if (colour !== "class" && key === colour) {
+      Object.assign(line, colourScale(colour, values));
       line.color = links.flatMap((l) => [linkValue(l, colour), linkValue(l, colour), null]);
-      line.colorscale = colour === "rate" ? "Viridis" : "Plasma";
-      line.cmin = Math.min(...values); line.cmax = Math.max(...values);
-      if (line.cmin === line.cmax) { line.cmin -= 1; line.cmax += 1; }
-      line.showscale = true;
-      line.colorbar = { title: { text: colour === "rate" ? "Mbit/s" : "ms" }, len: 0.5,
-                        thickness: 12, x: 0.98 };
     } else {
       line.color = CLASS_COLOURS[key] || "#90a4ae";
     }
@@ -179,7 +191,8 @@ function sceneLayout(snap) {
     scene: { xaxis: axis, yaxis: axis, zaxis: axis,
              aspectmode: flat ? "manual" : "data",
              aspectratio: flat ? { x: 1, y: 1, z: 0.25 } : undefined,
-             camera: { eye: flat ? { x: 0.05, y: -0.7, z: 1.5 } : { x: 1.7, y: 1.5, z: 1.0 } } },
+             camera: { eye: flat ? { x: 0.05, y: -0.7, z: 1.5 }
+                    : snap.globe_radius ? { x: 1.15, y: 1.0, z: 0.65 } : { x: 1.7, y: 1.5, z: 1.0 } } },
   };
 }
 
@@ -269,6 +282,7 @@ function drawSlider(snap) {
 }
 
 function render(snap) {
+  const began = performance.now();
   view.shown = snap;
   drawHeader(snap);
   Plotly.react("scene", sceneTraces(snap), sceneLayout(snap), PLOT_CONFIG);
@@ -281,7 +295,8 @@ function render(snap) {
   }
   view.renders += 1;
   view.renderTimes.push(now);
-  if (view.renderTimes.length > 600) view.renderTimes.shift();
+  view.renderMs.push(performance.now() - began);
+  if (view.renderTimes.length > 5000) { view.renderTimes.shift(); view.renderMs.shift(); }
   document.body.dataset.nodes = snap.nodes.length;
   document.body.dataset.links = snap.links.length;
 }
@@ -297,8 +312,10 @@ function table(rows, columns) {
 }
 
 function showNode(d) {
-  let html = table([d], [["node", "node"], ["lab_node", "lab node"], ["state", "state"],
-                         ["node_address", "node address"], ["memory_mb", "memory, MB"]]);
+  const head = [["node", "node"], ["lab_node", "lab node"], ["node_id", "id"], ["iphys", "iPHYs"],
+                ["state", "state"], ["node_address", "node address"], ["memory_mb", "memory, MB"]]
+    .filter(([key]) => d[key] !== undefined && d[key] !== null);
+  let html = table([d], head);
   if (d.position) html += `<p class="muted">position ${d.position.map((v) => fmt(v, 1)).join(", ")}</p>`;
   if (d.components) {
     html += "<h3>Components</h3>" + table(d.components, [["component", "component"], ["state", "state"],
