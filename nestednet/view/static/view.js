@@ -202,11 +202,12 @@ const FIG_CONFIG = { displayModeBar: false, responsive: true };
 
 // --- the figures -------------------------------------------------------------------
 
-function figLayout(title, extra) {
+function figLayout(title, options) {
+  const { dtick, ...extra } = options || {};
   return Object.assign({
     title: { text: title, font: { size: 12 }, x: 0.02, y: 0.95 },
     margin: { l: 36, r: 10, t: 26, b: 28 }, paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff",
-    xaxis: { tickfont: { size: 9 }, title: { text: "" },
+    xaxis: { tickfont: { size: 9 }, title: { text: "" }, dtick,
              gridcolor: "#eef1f4" },
     yaxis: { tickfont: { size: 9 }, gridcolor: "#eef1f4", rangemode: "tozero" },
     showlegend: true, legend: { orientation: "h", x: 0, y: -0.16, font: { size: 9 } },
@@ -216,6 +217,7 @@ function figLayout(title, extra) {
 
 function drawFigures(s) {
   const x = s.step;
+  const dtick = Math.max(1, Math.ceil(x.length / 10));
   const empty = x.length ? {} : { annotations: [{ text: "no run steps yet", showarrow: false,
     xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#8a96a3", size: 12 } }],
     xaxis: { visible: false }, yaxis: { visible: false } };
@@ -223,25 +225,25 @@ function drawFigures(s) {
     { x, y: s.links, type: "scatter", mode: "lines+markers", name: "links up",
       line: { color: "#1565c0" }, marker: { size: 4 } },
     { x, y: s.links_down, type: "bar", name: "taken down", marker: { color: "#ef9a9a" } },
-  ], figLayout(`Links (${s.totals.links} now)`, empty), FIG_CONFIG);
+  ], figLayout(`Links (${s.totals.links} now)`, { dtick, ...empty }), FIG_CONFIG);
   Plotly.react("fig-requests", [
     { x, y: s.requests, type: "bar", name: "requests", marker: { color: "#64b5f6" } },
     { x, y: s.refused, type: "bar", name: "refused", marker: { color: "#ffb74d" } },
   ], figLayout(`Requests (${s.totals.requests}, ${s.totals.refused} refused)`,
-               { barmode: "overlay", ...empty }), FIG_CONFIG);
+               { barmode: "overlay", dtick, ...empty }), FIG_CONFIG);
   Plotly.react("fig-latency", [
     { x, y: s.latency_p50_ms, type: "scatter", mode: "lines+markers", name: "p50",
       line: { color: "#2e7d32" }, marker: { size: 4 }, connectgaps: false },
     { x, y: s.latency_max_ms, type: "scatter", mode: "lines+markers", name: "max",
       line: { color: "#a5d6a7", dash: "dot" }, marker: { size: 3 } },
-  ], figLayout(`Link-up latency, ms (p50 ${fmt(s.totals.latency_p50_ms)})`, empty), FIG_CONFIG);
+  ], figLayout(`Link-up latency, ms (p50 ${fmt(s.totals.latency_p50_ms)})`, { dtick, ...empty }), FIG_CONFIG);
   Plotly.react("fig-routes", [
     { x, y: s.route_changes, type: "bar", name: "route changes", marker: { color: "#ce93d8" } },
     { x, y: s.converged_s, type: "scatter", mode: "lines+markers", name: "converged, s",
       yaxis: "y2", line: { color: "#6a1b9a" }, marker: { size: 4 } },
   ], figLayout(`Route convergence (${s.totals.routes} changes)`, {
     yaxis2: { overlaying: "y", side: "right", tickfont: { size: 9 }, rangemode: "tozero",
-              showgrid: false, visible: x.length > 0 }, ...empty,
+              showgrid: false, visible: x.length > 0 }, dtick, ...empty,
   }), FIG_CONFIG);
 }
 
