@@ -71,6 +71,7 @@ class Hub:
         self.changed = asyncio.Event()
         self.polls = 0
         self.poll_errors: list[str] = []
+        self.generation = source.generation
 
     def step_times(self) -> list[dict[str, Any]]:
         return [{"step": e.step, "time": e.scenario_time} for e in self.history
@@ -92,12 +93,19 @@ class Hub:
         snap["steps_seen"] = self.step_times()
         return snap
 
-    def read_source(self, links: bool) -> tuple[list[Any], list[Any] | None]:
+    def read_source(self, links: bool) -> tuple[int, list[Any], list[Any] | None]:
         """One read of the source (in a worker thread: a lab's reads block)."""
-        return self.source.read_events(), self.source.links_now() if links else None
+        new = self.source.read_events()
+        return self.source.generation, new, self.source.links_now() if links else None
 
-    def take(self, new: list[Any], found: list[Any] | None) -> None:
+    def take(self, generation: int, new: list[Any], found: list[Any] | None) -> None:
         """Apply a read, on the event loop's thread: the only one that changes the state."""
+        if generation != self.generation:
+            self.generation = generation
+            version = self.live.version
+            self.live = self.source.make_state()
+            self.live.version = version + 1
+            self.history = []
         self.history += new
         self.live.apply(new)
         if found is not None:

@@ -49,6 +49,9 @@ class Source(abc.ABC):
 
     kind: str = ""
     title: str = ""
+    generation: int = 0
+    """Bumped when what the events describe starts afresh (a new run on a lab): the
+    view then forgets the events before."""
     scenario: Scenario | None = None
     scenario_links: dict[int, dict[Pair, dict[str, Any]]] = {}  # noqa: RUF012 (read-only)
 
@@ -324,15 +327,21 @@ class LabSource(Source):
     def live(self) -> bool:
         return True
 
-    def _run_playing(self) -> bool:
-        return (self.labs_dir / f"{self.lab}.run").exists()
-
     def read_events(self) -> list[ev.Event]:
-        if self._run_playing():
-            dirs = run_dirs(self.lab, self.runs_dir)
+        marker = self.labs_dir / f"{self.lab}.run"
+        try:
+            began = marker.stat().st_mtime
+        except FileNotFoundError:
+            began = None
+        if began is not None:
+            # The run's directory is made after its marker: an older one is another run's.
+            dirs = [d for d in run_dirs(self.lab, self.runs_dir)
+                    if d.stat().st_mtime >= began - 1]
             newest = dirs[-1] / EVENTS_FILE if dirs else None
             if newest is not None and (self.follower is None or self.follower.path != newest):
                 self.follower = EventsFollower(newest)
+                self.history = []
+                self.generation += 1
         if self.follower is None:
             return []
         new = self.follower.read()

@@ -207,8 +207,13 @@ def test_lab_runs_are_found_by_name_and_a_playing_run_is_followed(tmp_path: Path
     assert lab.initial_nodes() == ["n1", "n2", "n3"]
     assert lab.read_events() == []  # no run marker: no run playing
     (labs / "vw1.run").write_text("{}")
+    os.utime(labs / "vw1.run", (1500, 1500))
     assert [e.event for e in lab.read_events()] == ["step"]
     assert lab.follower is not None and lab.follower.path == new / "events.jsonl"
+    assert lab.generation == 1
+    os.utime(labs / "vw1.run", (2500, 2500))  # a new run whose directory is not made yet
+    lab.follower = None
+    assert lab.read_events() == [] and lab.follower is None
     with pytest.raises(UsageError, match="no lab vw2"):
         source.LabSource("vw2", labs_dir=labs, runs_dir=runs)
 
