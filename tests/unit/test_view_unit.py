@@ -274,3 +274,34 @@ def test_every_request_needs_the_token_when_one_is_set(run_dir: Path):
 def test_events_describe_themselves_for_the_feed():
     e = ev.parse_event(json.loads(RUN[3]), "x")
     assert state.describe_event(e) == "link up a:iphy1 ↔ b:iphy2 10.0 ms 5 Mbit/s, 2 ms"
+
+
+# --- layering --------------------------------------------------------------------------
+
+RUNTIME = ("docker", "ovs", "ovsdbapp", "pyroute2", "nestednet.lab", "nestednet.adapters",
+           "nestednet.ca")
+
+
+def _imports(path: Path, top_level_only: bool) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_web_layer_reads_the_lab_only_through_the_source_module():
+    view = ROOT / "nestednet" / "view"
+    for name in ("server.py", "access.py", "state.py"):
+        bad = {m for m in _imports(view / name, top_level_only=False)
+               if m.startswith(RUNTIME)}
+        assert not bad, f"{name} imports {sorted(bad)}"
+    bad = {m for m in _imports(view / "source.py", top_level_only=True) if m.startswith(RUNTIME)}
+    assert not bad, f"source.py loads {sorted(bad)} at import (lazy imports only)"
+    assert "nestednet.lab.nodes" in _imports(view / "source.py", top_level_only=False)
