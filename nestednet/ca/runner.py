@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +31,19 @@ from nestednet.lab import lock, runs
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import Event
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, Scenario
-from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
+from nestednet.model.scenario_file import (
+    DEFAULT_IPHYS,
+    dumps_scenario,
+    load_link_model,
+    load_scenario,
+    with_length_unit,
+)
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.routing import strategies
 
 if TYPE_CHECKING:
     from nestednet.ca import session
+    from nestednet.lab.nodes import Lab
 
 Notify = Callable[[str], None]
 
@@ -55,7 +64,8 @@ class RunRequest:
     text where a parsed value is meant.
     """
 
-    scenario: Path
+    scenario: Path | Scenario
+    """A scenario file, or a scenario already loaded or built (nestednet.api.Scenario)."""
     lab: str = "nn"
     speed: float = 1.0
     until: float | None = None
@@ -78,7 +88,7 @@ class RunRequest:
     def __post_init__(self) -> None:
         for name in ("scenario", "events", "plot_dir", "link_model"):
             value = getattr(self, name)
-            if value is not None and not isinstance(value, Path):
+            if value is not None and not isinstance(value, Path | Scenario):
                 object.__setattr__(self, name, Path(value))
         if self.component_caps is not None:
             object.__setattr__(self, "component_caps",
@@ -111,12 +121,24 @@ def _check_number(name: str, value: object, *, minimum: float,
         raise UsageError(f"{name}: {value!r} is not a finite number {bound}")
 
 
-def iphys_for(lab: str, given: int | None) -> int:
+def iphys_for(lab: str, given: int | None, opened: Lab | None = None) -> int:
     """iPHYs per node for a NestedNet-format scenario: ``given``, else the existing lab's
-    count (a scenario fits the lab it runs on), else the default."""
+    count (``opened``: that lab, already read; a scenario fits the lab it runs on), else
+    the default."""
     if given is not None:
         return given
+    if opened is not None:
+        return opened.shape.iphys
     return runs.lab_iphys(lab) or DEFAULT_IPHYS
+
+
+def _open_existing(name: str) -> Lab | None:
+    """The lab ``name`` read once for the whole run, or None when it does not exist yet."""
+    # Lazy: the lab runtime loads docker, and a RunRequest alone must not.
+    from nestednet.lab.nodes import Lab
+    from nestednet.lab.record import LabRecord
+
+    return Lab.open(name) if LabRecord(name).exists() else None
 
 
 class Run:
@@ -134,19 +156,34 @@ class Run:
     the run ended with.
     """
 
-    def __init__(self, request: RunRequest, *, notify: Notify = lambda text: None) -> None:
+    def __init__(self, request: RunRequest, *, notify: Notify = lambda text: None,
+                 lab: Lab | None = None) -> None:
+        """``lab``: the run's lab as the caller opened it (the Python API's handle); by
+        default it is opened here when it exists. Either way its record is read once
+        and that reading serves the whole run."""
         if not isinstance(request, RunRequest):
             raise TypeError(f"Run takes a RunRequest, not {type(request).__name__}")
         self.request = request
         self._notify = notify
-        self.scenario: Scenario = load_scenario(
-            request.scenario, nestednet_iphys=iphys_for(request.lab, request.iphys),
-            length_unit=request.length_unit)
+        if lab is not None and lab.record.lab != request.lab:
+            raise ValueError(f"the request names lab {request.lab}, the handle {lab.record.lab}")
+        self.lab: Lab | None = lab if lab is not None else _open_existing(request.lab)
+        if isinstance(request.scenario, Scenario):
+            source = request.scenario.name or "<scenario>"
+            self.scenario: Scenario = with_length_unit(request.scenario, request.length_unit,
+                                                       source)
+        else:
+            source = str(request.scenario)
+            self.scenario = load_scenario(
+                request.scenario,
+                nestednet_iphys=iphys_for(request.lab, request.iphys, self.lab),
+                length_unit=request.length_unit)
+        if self.lab is not None:
+            _session().check_fits(self.scenario, self.lab)
         model = load_link_model(request.link_model) if request.link_model is not None \
             else None
         links = _session().plan_shaping(self.scenario, model, request.shaping_mode,
-                                     str(request.scenario), self._netem,
-                                     keep_order=request.keep_order)
+                                     source, self._netem, keep_order=request.keep_order)
         if request.events is not None:
             runs.check_writable(request.events, "--events")
         self.options = _session().RunOptions(
@@ -164,20 +201,95 @@ class Run:
         self._summary: session.RunSummary | None = None
         self._error: BaseException | None = None
         self._tail: runs.EventTail | None = None
+        self._resume: tuple[Path, dict] | None = None
+        self.run_dir: Path | None = None
+        """The run's directory (its record, and its events unless --events said where)."""
+
+    @classmethod
+    def resume(cls, run_dir: Path, *, notify: Notify = lambda text: None) -> Run:
+        """A run to take over a run whose process died, from its directory's record: the
+        same request, its events file continued, its links adopted from the flows."""
+        record = runs.read_run_record(run_dir)
+        where = Path(run_dir) / runs.RUN_RECORD
+        try:
+            asked = dict(record["request"])
+            caps = asked.pop("component_caps")
+            request = RunRequest(**asked, component_caps=tuple(caps) if caps is not None
+                                 else None)
+        except (KeyError, TypeError) as exc:
+            raise UsageError(f"{where}: not a complete run record ({exc})") from None
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        made = cls(request, notify=notify)
+        if made.lab is None:
+            raise UsageError(f"{run_dir}: lab {request.lab} no longer exists: nothing to resume")
+        made._resume = (Path(run_dir), record)
+        return made
+
+    def _record(self, run_dir: Path, events_offset: int) -> dict:
+        """What `resume` needs, as JSON: the request (a scenario object is saved beside
+        it), whether this run made its lab, and where its events start."""
+        request = self.request
+        if isinstance(request.scenario, Scenario):
+            scenario = run_dir / "scenario.json"
+            scenario.write_text(dumps_scenario(request.scenario))
+        else:
+            scenario = request.scenario.resolve()
+
+        def text(path: Path | None) -> str | None:
+            return str(path.resolve()) if path is not None else None
+
+        assert self.options.events is not None
+        return {"version": 1, "created_lab": self.options.created_lab,
+                "events": text(self.options.events), "events_offset": events_offset,
+                "pid": os.getpid(), "started_wall": time.time(),
+                "request": {
+                    "scenario": str(scenario), "lab": request.lab, "speed": request.speed,
+                    "until": request.until, "events": text(self.options.events),
+                    "remove_lab": request.remove_lab, "iphys": request.iphys,
+                    "hello_timeout": request.hello_timeout,
+                    "plot_dir": text(request.plot_dir), "link_model": text(request.link_model),
+                    "length_unit": request.length_unit, "shaping_mode": request.shaping_mode,
+                    "keep_order": request.keep_order, "routing": request.routing,
+                    "component_caps": list(request.component_caps)
+                    if request.component_caps is not None else None}}
+
+    def _take_over(self, stack: contextlib.ExitStack) -> None:
+        """Lock the lab for a resumed run: only when the run it takes over is dead."""
+        assert self._resume is not None
+        run_dir, record = self._resume
+        lab = self.request.lab
+        stack.enter_context(lock.hold(lab, lock.RUN))
+        marker = runs.RunMarker(lab).read()
+        if not marker:
+            raise UsageError(f"{run_dir}: nothing to resume: no run is recorded on lab {lab} "
+                             "(it ended, or `nestednet cleanup` undid it)")
+        if runs.alive(int(marker.get("pid", 0)), str(marker.get("start", ""))):
+            raise UsageError(f"{run_dir}: the run on lab {lab} is still going (pid "
+                             f"{marker['pid']})", hint="stop it first, or let it end")
+        stack.enter_context(runs.RunMarker(lab).held(self.request.remove_lab,
+                                                     creates=bool(record["created_lab"])))
+        self.options.created_lab = bool(record["created_lab"])
+        self.options.events = Path(record["events"])
+        origin = runs.clock_origin(self.options.events, int(record["events_offset"]),
+                                   self.request.speed)
+        end = self.scenario.duration if self.request.until is None \
+            else min(self.scenario.duration, self.request.until)
+        self.options.resume_at = 0.0 if origin is None \
+            else max(0.0, min(end, (time.time() - origin) * self.request.speed))
+        self.run_dir = run_dir
 
     def _netem(self) -> bool:
         """Whether the kernels that will shape the run's links have sch_netem: an existing
         lab's (each host's, for a lab over several hosts), else this machine's."""
         # Lazy: the probe imports pyroute2 and a lab's runtime; only shaped runs ask.
         from nestednet.lab import designs
-        from nestednet.lab.nodes import Lab
-        from nestednet.lab.record import LabRecord
         from nestednet.lab.shaping import netem_available
 
-        if not LabRecord(self.request.lab).exists():
+        if self.lab is None:
             return netem_available()
-        opened = Lab.open(self.request.lab)
-        return designs.of(opened.meta).links(opened.record).netem_available()
+        return designs.of(self.lab.meta).links(self.lab.record, self.lab.meta) \
+            .netem_available()
 
     @property
     def events_path(self) -> Path:
@@ -193,13 +305,24 @@ class Run:
         self._started = True
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(lock.hold(self.request.lab, lock.RUN))
-            stack.enter_context(runs.RunMarker(self.request.lab).held(self.request.remove_lab))
-            self.options.created_lab = _session().ensure_lab(self.scenario, self.options,
-                                                          notify=self._notify)
-            if self.options.events is None:
-                self.options.events = runs.results_dir(self.request.lab) / "events.jsonl"
-            self._tail = runs.EventTail(self.options.events)
+            if self._resume is not None:
+                self._take_over(stack)
+                assert self.options.events is not None
+                self._tail = runs.EventTail(self.options.events)
+            else:
+                stack.enter_context(lock.hold(self.request.lab, lock.RUN))
+                stack.enter_context(
+                    runs.RunMarker(self.request.lab).held(self.request.remove_lab))
+                self.options.created_lab = _session().ensure_lab(self.scenario, self.options,
+                                                              notify=self._notify)
+                if self.lab is None:
+                    self.lab = _open_existing(self.request.lab)
+                self.run_dir = runs.results_dir(self.request.lab)
+                if self.options.events is None:
+                    self.options.events = self.run_dir / "events.jsonl"
+                self._tail = runs.EventTail(self.options.events)
+                runs.write_run_record(self.run_dir,
+                                      self._record(self.run_dir, self._tail.offset))
             self._thread = threading.Thread(target=self._play, name="nestednet-run")
             self._thread.start()
         except BaseException:
@@ -211,9 +334,14 @@ class Run:
     def _play(self) -> None:
         try:
             self._summary = _session().run(self.scenario, self.options, self._stop, self.live,
-                                        notify=self._notify)
+                                        notify=self._notify, lab=self.lab)
         except BaseException as exc:  # handed to whoever asks for the summary
             self._error = exc
+
+    @property
+    def started(self) -> bool:
+        """Whether `start` was called."""
+        return self._started
 
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

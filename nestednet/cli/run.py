@@ -1,4 +1,5 @@
-"""`nestednet run`: play a scenario on a lab with the communication assistant."""
+"""`nestednet run`: play a scenario on a lab with the communication assistant, through the
+API's `Run` (nestednet.api.run): parse, call, print."""
 
 from __future__ import annotations
 
@@ -9,40 +10,30 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.live import Live as RichLive
 from rich.text import Text
 
-from nestednet.ca.runner import RunRequest
+from nestednet.api.run import RUNS_DIR, Run, RunRequest
 from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
 from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
-from nestednet.errors import ExitStatus
-from nestednet.lab import runs
+from nestednet.errors import ExitStatus, UsageError
 from nestednet.model.link_properties import describe_link_steps
+from nestednet.model.run_report import (
+    describe_host_flows,
+    describe_negotiation,
+    describe_routes,
+)
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS
 from nestednet.model.scenario_file import DEFAULT_IPHYS
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.step_figures import StepFigures, StepTally
 
 if TYPE_CHECKING:
-    from nestednet.ca import runner, session
-
-
-def _session() -> ModuleType:
-    # Lazy: the CA runtime loads docker (a second of start-up for every command).
     from nestednet.ca import session
-
-    return session
-
-
-def _runner() -> ModuleType:
-    # Lazy for the same reason: nestednet.ca.runner's Run plays through the CA runtime.
-    from nestednet.ca import runner
-
-    return runner
 
 
 def register(group: click.Group) -> None:
@@ -50,7 +41,7 @@ def register(group: click.Group) -> None:
 
 
 @click.command()
-@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--lab", default="nn", show_default=True,
               help="Lab to run on; created with the scenario's shape if it does not exist.")
 @click.option("--speed", type=FiniteFloat(min=0, min_open=True), default=1.0,
@@ -59,7 +50,7 @@ def register(group: click.Group) -> None:
               help="Stop at scenario time T instead of the scenario's end.")
 @click.option("--events", type=click.Path(dir_okay=False, path_type=Path),
               help="Event log (JSON lines); default events.jsonl in a new directory "
-                   f"{runs.RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
+                   f"{RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
 @click.option("--rm", "remove_lab", is_flag=True,
               help="Delete the lab when the run ends (the results are kept).")
 @click.option("--iphys", type=click.IntRange(min=1, max=MAX_IPHYS), default=None,
@@ -84,9 +75,16 @@ def register(group: click.Group) -> None:
               help="Jitter without reordering: netem paced at each link's rate.")
 @ROUTING_OPTION
 @COMPONENT_CAPS_OPTION
+@click.option("--resume", "resume_dir", metavar="RUN_DIR",
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Take over a run whose process died (killed, machine asleep), from its "
+                   "directory (the events' directory, printed last): its own options, its "
+                   "links kept, play going on from the scenario time it is now.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
-def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
-        remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
+@click.pass_context
+def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
+        until: float | None, events: Path | None, remove_lab: bool, iphys: int | None,
+        hello_timeout: float, as_json: bool, resume_dir: Path | None = None,
         plot_dir: Path | None = None, link_model: Path | None = None,
         length_unit: str | None = None, shaping_mode: str = FULL,
         keep_order: bool = False, routing: str = "none",
@@ -100,6 +98,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     its figures as the events file has them. Ctrl-C stops promptly, the CA removes
     the links (flows) it installed, the summary so far is printed, exit 130.
     The events file is kept after the lab (the last line says where).
+    A run whose process died (SIGKILL, a closed laptop) is taken over with
+    --resume RUN_DIR: the same options, the links it had, play from the time now.
     --routing and --component-caps apply when run creates the lab; an existing lab
     keeps what it was created with.
 
@@ -119,7 +119,19 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
       nestednet run scenarios/uav-swarm-2g4.json --shaping rate-only   # no netem here
       nestednet run scenarios/thesis-fig-3.11.json --link-model \
           scenarios/models/wifi-2g4.json --length-unit m
+      nestednet run --resume /var/lib/nestednet/runs/demo-20261126-101500
     """
+    if resume_dir is not None:
+        given = [f"--{name.replace('_', '-')}" for name in ctx.params
+                 if name not in ("resume_dir", "as_json")
+                 and ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
+        if given:
+            raise UsageError(f"--resume takes the run's own options from "
+                             f"{resume_dir}/run.json; leave out {', '.join(given)}")
+        play(Run.resume(resume_dir, progress=progress), None, as_json)
+        return
+    if scenario is None:
+        raise UsageError("give a SCENARIO to play, or --resume RUN_DIR")
     execute(RunRequest(
         scenario=scenario, lab=lab, speed=speed, until=until, events=events,
         remove_lab=remove_lab, iphys=iphys, hello_timeout=hello_timeout, plot_dir=plot_dir,
@@ -132,16 +144,20 @@ def execute(request: RunRequest, as_json: bool) -> None:
 
     `run` and `demo` both end here, each with its own typed request.
     """
-    active = _runner().Run(request, notify=progress)
+    play(Run(request, progress=progress), request.plot_dir, as_json)
+
+
+def play(active: Run, plot_dir: Path | None, as_json: bool) -> None:
+    """Start ``active``, show it, print its summary; exit 130 after Ctrl-C."""
     with active:
         interrupted = _play(active)
     summary = active.summary()
-    _print_summary(summary, active.options, as_json)
+    _print_summary(summary, plot_dir or active.request.plot_dir, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-def _play(active: runner.Run) -> bool:
+def _play(active: Run) -> bool:
     """Show each step of a started run as it ends; True if Ctrl-C stopped it."""
     live, tally = active.live, StepTally()
     with (_ctrl_c_sets(active.stop) as interrupted,
@@ -208,11 +224,10 @@ def _print_steps(done: list[StepFigures], live: session.Live) -> None:
             f"{fig.links_down}; links up {fig.links_after}", soft_wrap=True, highlight=False)
 
 
-def _print_summary(summary: session.RunSummary, options: session.RunOptions,
-                   as_json: bool) -> None:
+def _print_summary(summary: session.RunSummary, plot_dir: Path | None, as_json: bool) -> None:
     if as_json:
         print_json({**dataclasses.asdict(summary),
-                    "plots": str(options.plot_dir) if options.plot_dir else None})
+                    "plots": str(plot_dir) if plot_dir else None})
         return
     state = "interrupted" if summary.interrupted else "finished"
     out_console.print(
@@ -220,7 +235,7 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
         f"{summary.links_failed}, taken down {summary.links_down}, requests "
         f"{summary.requests}", highlight=False, soft_wrap=True)
-    out_console.print(_session().describe_negotiation(summary.negotiation), highlight=False,
+    out_console.print(describe_negotiation(summary.negotiation), highlight=False,
                       soft_wrap=True)
     if summary.shaping:
         left_out = summary.shaping["dropped"]
@@ -229,13 +244,13 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
                           highlight=False)
         for line in describe_link_steps(summary.link_properties):
             out_console.print(line, highlight=False, soft_wrap=True)
-    if (hosts_line := _session().describe_host_flows(summary.host_flows)) is not None:
+    if (hosts_line := describe_host_flows(summary.host_flows)) is not None:
         out_console.print(hosts_line, highlight=False, soft_wrap=True)
-    out_console.print(_session().describe_routes(summary.routing, summary.routes),
+    out_console.print(describe_routes(summary.routing, summary.routes),
                       highlight=False, soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:
         out_console.print(f"lab {summary.lab} kept: `nestednet delete --lab {summary.lab}`")
-    pictures = f"; pictures in {options.plot_dir}" if options.plot_dir else ""
+    pictures = f"; pictures in {plot_dir}" if plot_dir else ""
     out_console.print(f"events in {summary.events}{pictures}", highlight=False, soft_wrap=True)

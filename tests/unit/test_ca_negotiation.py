@@ -26,7 +26,7 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
-from nestednet.ca.session import describe_negotiation, prompt_thread_switches
+from nestednet.ca.session import prompt_thread_switches
 from nestednet.model.events import (
     LATENCY_PHASES,
     Event,
@@ -36,6 +36,7 @@ from nestednet.model.events import (
     read_events,
 )
 from nestednet.model.link_table import InterNodeLinks
+from nestednet.model.run_report import describe_negotiation
 
 pytestmark = pytest.mark.unit
 
