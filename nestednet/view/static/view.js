@@ -8,7 +8,7 @@ const CLASS_COLOURS = {
 };
 const view = {
   mode: "live", live: null, shown: null, selection: null, playing: null,
-  renders: 0, renderTimes: [], renderMs: [], snapshots: 0, figuresAt: 0, errors: [],
+  renders: 0, renderTimes: [], renderMs: [], snapshots: 0, figuresAt: 0, figuresLater: null,
   nodesDrawn() { return drawnCount("nodes"); },
   select(what) { select(what); },
   linksDrawn() { return drawnCount("link ends"); },
@@ -294,6 +294,13 @@ function render(snap) {
   if (now - view.figuresAt > 1000 || view.mode === "replay") {
     drawFigures(snap.summary);
     view.figuresAt = now;
+  } else if (!view.figuresLater) {
+    // At most one figure redraw a second, but the last state always gets one.
+    view.figuresLater = setTimeout(() => {
+      view.figuresLater = null;
+      drawFigures(view.shown.summary);
+      view.figuresAt = performance.now();
+    }, 1000 - (now - view.figuresAt));
   }
   view.renders += 1;
   view.renderTimes.push(now);
