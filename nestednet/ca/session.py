@@ -432,6 +432,13 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
         yield
 
 
+def _check_events(ca_session: CaSession, path: Path, summary: RunSummary) -> None:
+    """EnvironmentProblem when the events file's disk refused a write (the run was stopped
+    for it); raised inside the session, whose close removes the links."""
+    if (failure := ca_session.events.failure) is not None:
+        raise EnvironmentProblem(events_refused(path, failure, summary))
+
+
 def events_refused(path: Path, error: OSError, summary: RunSummary) -> str:
     """Why a run stopped when its events file's disk refused a write, naming the disk."""
     mount = path.resolve().parent
@@ -472,6 +479,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                    f"{topo.control_netns(options.lab)}; waiting for "
                    f"{len(ca_session.lab_node)} GNAB HELLOs")
             if not ca_session.wait_for_hellos(options.hello_timeout, stop):
+                _check_events(ca_session, events_path, summary)
                 summary.interrupted = True
                 return summary
             live.phase = "playing"
@@ -497,8 +505,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             summary.interrupted = result.interrupted
             summary.links_at_end = len(table.links())
             live.phase = "stopping"
-        if (failure := ca_session.events.failure) is not None:
-            raise EnvironmentProblem(events_refused(events_path, failure, summary))
+            _check_events(ca_session, events_path, summary)
         counts = ca_session.events.counts
         summary.requests = counts["link_request"]
         summary.links_up = counts["link_up"]
