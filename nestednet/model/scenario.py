@@ -87,6 +87,8 @@ class Scenario:
     range: float | None = None
     length_unit: str | None = None
     link_model: link_models.LinkModel | None = None
+    actions: tuple[Any, ...] = ()
+    """nestednet.model.actions.Action entries, checked against this scenario."""
     _by_name: dict[str, NodeSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

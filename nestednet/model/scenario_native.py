@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nestednet.model import actions as scenario_actions
 from nestednet.model import link_models
 from nestednet.model.line_of_sight import Pair, Position, pair, visible_pairs
 from nestednet.model.link_properties import LinkProperties, PropertyError, parse_properties
@@ -47,7 +48,7 @@ def schema() -> dict[str, Any]:
     declared = doc["properties"]["link_model"]
     models = {k: v for k, v in link_models.schema().items() if k not in ("$schema", "$id")}
     properties = doc["properties"] | {"link_model": models | {
-        "description": declared["description"]}}
+        "description": declared["description"]}, "actions": scenario_actions.schema()}
     return doc | {"properties": properties}
 
 
@@ -101,9 +102,13 @@ def parse_native(doc: Any, source: str) -> Scenario:
     check_steps_order(problems, times,
                       float(duration) if isinstance(duration, int | float) else None)
     problems.raise_if_any()
+    actions = scenario_actions.parse_actions(
+        doc.get("actions"), nodes={n.name: n.iphys for n in nodes}, duration=float(duration),
+        shaped=model is not None or any(s.links for s in steps), problems=problems)
+    problems.raise_if_any()
     return Scenario(nodes=tuple(nodes), duration=float(duration), steps=tuple(steps),
                     name=doc.get("name", ""), source_format="native", range=range_,
-                    length_unit=doc.get("length_unit"), link_model=model)
+                    length_unit=doc.get("length_unit"), link_model=model, actions=actions)
 
 
 def parse_model_declaration(raw: dict[str, Any] | None, path: list[str | int],
@@ -158,6 +163,8 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
             out["links"] = links_document(s.links)
         steps.append(out)
     doc["steps"] = steps
+    if scenario.actions:
+        doc["actions"] = scenario_actions.document(scenario.actions)
     return doc
 
 
