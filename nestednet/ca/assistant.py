@@ -563,6 +563,21 @@ class CommunicationAssistant:
                                      last_change=now)
         self._event("step", nodes=list(self.node_ids),
                     visible=sorted(tuple(sorted(pair)) for pair in seen))
+        self._set_visible(step, seen, now)
+
+    def override_visibility(self, visible_pairs: Iterable[tuple[str, str]]) -> None:
+        """Between steps (a scenario action's cut begins or ends): the current step's
+        links follow ``visible_pairs`` instead, without a new step."""
+        self._flows.wait()
+        self._set_visible(self.progress.step, {frozenset(p) for p in visible_pairs},
+                          time.monotonic())
+
+    def refresh_shaping(self) -> None:
+        """Links that stay up get their properties again (a degrade began or ended)."""
+        if self.shaping is not None:
+            self._update_shaping(time.monotonic())
+
+    def _set_visible(self, step: int, seen: set[frozenset[str]], now: float) -> None:
         pairs = seen
         if self.shaping is not None:
             self.shaping.set_step(step)

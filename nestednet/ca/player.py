@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from nestednet.ca.assistant import CommunicationAssistant
 from nestednet.ca.server import ControlServer
@@ -19,11 +20,23 @@ class PlayResult:
     interrupted: bool
 
 
+class Cues(Protocol):
+    """A scenario's actions as the player sees them (nestednet.ca.actions.ActionPlayer):
+    cues with a ``time``, played at that time, and a filter on each step's visibility."""
+
+    cues: Sequence[Any]
+
+    def begin(self) -> None: ...
+    def visible(self, pairs: frozenset) -> frozenset: ...
+    def play(self, cue: Any, scenario_time: float) -> None: ...
+
+
 class Player:
     """Posts each step to the CA's thread when its (scaled) time comes."""
 
     def __init__(self, scenario: Scenario, server: ControlServer, ca: CommunicationAssistant,
-                 *, speed: float = 1.0, until: float | None = None) -> None:
+                 *, speed: float = 1.0, until: float | None = None,
+                 actions: Cues | None = None) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.scenario = scenario
@@ -31,11 +44,13 @@ class Player:
         self.ca = ca
         self.speed = speed
         self.end = min(scenario.duration, until) if until is not None else scenario.duration
+        self.actions = actions
 
     def apply_now(self, index: int, timeout: float = 30.0) -> None:
         """Apply step ``index`` on the CA thread and wait until it has been applied."""
         step = self.scenario.steps[index]
-        self.server.call(lambda: self.ca.apply_step(index, step.time, sorted(step.visible)),
+        visible = step.visible if self.actions is None else self.actions.visible(step.visible)
+        self.server.call(lambda: self.ca.apply_step(index, step.time, sorted(visible)),
                          timeout)
 
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
@@ -45,11 +60,22 @@ class Player:
         ``on_step_done`` each played step's index once its time is over."""
         start = time.monotonic()
         played = 0
-        for index, step in enumerate(self.scenario.steps):
-            if step.time > self.end:
+        # Steps and action cues in time order; at one instant the cues go first, so a
+        # step that starts with a cut is filtered from its first moment.
+        timeline: list[tuple[float, int, int, Any]] = [
+            (step.time, 1, index, None) for index, step in enumerate(self.scenario.steps)]
+        if self.actions is not None:
+            self.actions.begin()
+            timeline += [(cue.time, 0, n, cue) for n, cue in enumerate(self.actions.cues)]
+        for when, _, index, cue in sorted(timeline, key=lambda item: item[:3]):
+            if when > self.end:
                 break
-            if self._wait_until(start, step.time, stop, on_tick, tick):
+            if self._wait_until(start, when, stop, on_tick, tick):
                 return PlayResult(played, self._now(start), True)
+            if cue is not None:
+                assert self.actions is not None
+                self.actions.play(cue, when)
+                continue
             if played:
                 on_step_done(index - 1)
             self.apply_now(index)

@@ -74,6 +74,8 @@ class RunRequest:
     """Routing of a lab this run creates (an existing lab keeps its own)."""
     component_caps: tuple[str, ...] | None = None
     """Capabilities of a created lab's components; None: the default set."""
+    allow_faults: bool = False
+    """Let crash/churn actions freeze nodes of a lab this run did not create."""
 
     def __post_init__(self) -> None:
         for name in ("scenario", "events", "plot_dir", "link_model"):
@@ -119,6 +121,15 @@ def iphys_for(lab: str, given: int | None) -> int:
     return runs.lab_iphys(lab) or DEFAULT_IPHYS
 
 
+def check_faults_allowed(scenario: Scenario, request: RunRequest) -> None:
+    """A crash freezes a node: on a lab the run did not make, only when asked (exit 2)."""
+    crashes = [a for a in scenario.actions if a.kind in ("crash", "churn")]
+    if crashes and not request.allow_faults and runs.lab_iphys(request.lab) is not None:
+        raise UsageError(f"{request.scenario}: {crashes[0].label}: lab {request.lab} exists "
+                         "and this run did not create it; a crash would freeze its nodes",
+                         hint="add --allow-faults, or run on a new --lab (run creates it)")
+
+
 class Run:
     """A scenario played on a lab: made (checked), entered (started), left (finished).
 
@@ -142,6 +153,7 @@ class Run:
         self.scenario: Scenario = load_scenario(
             request.scenario, nestednet_iphys=iphys_for(request.lab, request.iphys),
             length_unit=request.length_unit)
+        check_faults_allowed(self.scenario, request)
         model = load_link_model(request.link_model) if request.link_model is not None \
             else None
         links = _session().plan_shaping(self.scenario, model, request.shaping_mode,

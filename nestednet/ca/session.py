@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nestednet import connectivity_plot
 from nestednet.adapters import netlink
+from nestednet.ca.actions import ActionPlayer
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
 from nestednet.ca.flows import HostsInstaller, MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
@@ -39,6 +40,7 @@ from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
+from nestednet.model.actions import actions_summary
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
@@ -110,6 +112,8 @@ class RunSummary:
     routing: str = "none"
     routes: list = field(default_factory=list)
     """events.route_summary of this run: route changes per step and node, convergence."""
+    actions: dict = field(default_factory=dict)
+    """model.actions.actions_summary: cues played and failed, per measurement its figures."""
     host_flows: dict = field(default_factory=dict)
     """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
     hosts and the spread between hosts, p50/p90/max ms; empty on one host."""
@@ -155,6 +159,20 @@ def describe_host_flows(host_flows: dict) -> str | None:
                          f"{every['p50']:.1f}/{every['p90']:.1f} ms, spread "
                          f"{spread['p50']:.1f}/{spread['p90']:.1f} ms")
     return "flows per batch (p50/p90): " + "; ".join(parts) if parts else None
+
+
+def describe_actions(actions: dict) -> str:
+    """One line for a person: cues played, and each ping's loss and iperf's throughput."""
+    parts = [f"actions: {actions['cues']} cues played, {actions['failed']} failed"]
+    for index, ping in actions["ping"].items():
+        rtt = f", RTT p50 {ping['rtt_ms_p50']:.2f} ms" if ping["rtt_ms_p50"] is not None else ""
+        parts.append(f"ping[{index}] {'-'.join(ping['nodes'])}: {ping['answered']}/"
+                     f"{ping['probes']} answered ({ping['loss_pct']:g} % lost){rtt}")
+    for index, iperf in actions["iperf"].items():
+        mean = f"{iperf['mean_bps'] / 1e6:.1f} Mbit/s" if iperf["mean_bps"] else "no data"
+        parts.append(f"iperf[{index}] {'-'.join(iperf['nodes'])}: {mean} over "
+                     f"{iperf['intervals']} intervals")
+    return "; ".join(parts)
 
 
 def describe_negotiation(negotiation: dict) -> str:
@@ -435,6 +453,14 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
         yield
 
 
+def _actions(scenario: Scenario, ca_session: CaSession, events_path: Path,
+             speed: float) -> ActionPlayer | None:
+    """The scenario's actions, played beside the steps (None: it has none)."""
+    if not scenario.actions:
+        return None
+    return ActionPlayer(scenario, ca_session, events_path.parent, speed=speed)
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None) -> RunSummary:
     """Play ``scenario`` on the lab (see ensure_lab); see the module docstring."""
@@ -455,8 +481,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                 return summary
             live.phase = "playing"
             live.duration, live.steps = scenario.duration, len(scenario.steps)
+            actions = _actions(scenario, ca_session, events_path, options.speed)
             player = Player(scenario, ca_session.server, ca_session.ca, speed=options.speed,
-                            until=options.until)
+                            until=options.until, actions=actions)
             ca, table = ca_session.ca, ca_session.table
 
             def tick(t: float) -> None:
@@ -467,7 +494,8 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
 
             summary.routing = lab.meta.get("routing", "none")
             with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
-                  _route_events(lab, ca_session, summary.routing)):
+                  _route_events(lab, ca_session, summary.routing),
+                  contextlib.closing(actions) if actions else contextlib.nullcontext()):
                 result: PlayResult = player.play(stop, on_tick=tick,
                                                  on_step_done=pictures.step_done)
             summary.steps_played = result.steps_played
@@ -488,6 +516,8 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                 :summary.steps_played]
         summary.routes = route_summary(ca_session.events.records)
         summary.host_flows = host_flows_summary(ca_session.events.records)
+        if scenario.actions:
+            summary.actions = actions_summary(ca_session.events.records)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

@@ -8,6 +8,7 @@ One module per command family, each adding its commands to `main` in `register`:
 - `links`: link add/del/list, flows on the main bridge.
 - `run`, `demo`: play a scenario with the communication assistant.
 - `visibility`, `graph`: generate and check scenarios, draw them.
+- `report`: a run's results page (nestednet.report).
 - `bench`: the paper's measurements, nested vs flat.
 - `hosts`: planning labs over several hosts (placement, tunnels).
 
@@ -28,6 +29,7 @@ from nestednet.cli import (
     images,
     links,
     nodes,
+    report,
     run,
     visibility,
 )
@@ -54,5 +56,6 @@ def main() -> None:
     """
 
 
-for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts):
+for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts,
+                report):
     _module.register(main)

@@ -84,13 +84,16 @@ def register(group: click.Group) -> None:
               help="Jitter without reordering: netem paced at each link's rate.")
 @ROUTING_OPTION
 @COMPONENT_CAPS_OPTION
+@click.option("--allow-faults", is_flag=True,
+              help="Let the scenario's crash and churn actions freeze nodes of a lab this "
+                   "run did not create (refused otherwise).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
         remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
         plot_dir: Path | None = None, link_model: Path | None = None,
         length_unit: str | None = None, shaping_mode: str = FULL,
         keep_order: bool = False, routing: str = "none",
-        component_caps: tuple[str, ...] | None = None) -> None:
+        component_caps: tuple[str, ...] | None = None, allow_faults: bool = False) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -111,6 +114,10 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     A kernel without sch_netem refuses delay, jitter and loss (exit 2) unless
     --shaping rate-only. Everything is checked before the lab is touched.
 
+    The scenario's "actions" (scenarios/actions.schema.json) play with the steps:
+    link-down/up, flap, partition, degrade, crash/restart, churn, exec, ping and
+    iperf; their results are events in the run directory (`nestednet report DIR`).
+
     \b
     Examples:
       nestednet run scenarios/small-4x2.json --lab demo --speed 2 --rm
@@ -124,7 +131,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
         scenario=scenario, lab=lab, speed=speed, until=until, events=events,
         remove_lab=remove_lab, iphys=iphys, hello_timeout=hello_timeout, plot_dir=plot_dir,
         link_model=link_model, length_unit=length_unit, shaping_mode=shaping_mode,
-        keep_order=keep_order, routing=routing, component_caps=component_caps), as_json)
+        keep_order=keep_order, routing=routing, component_caps=component_caps,
+        allow_faults=allow_faults), as_json)
 
 
 def execute(request: RunRequest, as_json: bool) -> None:
@@ -233,6 +241,9 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         out_console.print(hosts_line, highlight=False, soft_wrap=True)
     out_console.print(_session().describe_routes(summary.routing, summary.routes),
                       highlight=False, soft_wrap=True)
+    if summary.actions:
+        out_console.print(_session().describe_actions(summary.actions), highlight=False,
+                          soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:

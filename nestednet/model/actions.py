@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nestednet.model.line_of_sight import Pair, pair
+from nestednet.model.link_properties import MAX_DELAY_US, MAX_RATE_BPS, LinkProperties
 from nestednet.model.scenario import Problems, load_schema
 
 SCHEMA_RESOURCE = "actions.schema.json"
@@ -406,3 +407,59 @@ def timeline(actions: Sequence[Action], duration: float) -> list[Cue]:
 def document(actions: Sequence[Action]) -> list[dict[str, Any]]:
     """The actions as written (for saving a scenario made in code)."""
     return [dict(a.raw) for a in actions]
+
+
+def degraded(props: LinkProperties, factor: float) -> LinkProperties:
+    """One direction's properties under a degrade: delay, jitter and loss times
+    ``factor``, rate divided by it (each kept within what tc can be given)."""
+    rate = None if props.rate_bps is None else max(1, min(MAX_RATE_BPS,
+                                                          round(props.rate_bps / factor)))
+    delay = min(MAX_DELAY_US, round(props.delay_us * factor))
+    return LinkProperties(rate_bps=rate, delay_us=delay,
+                          jitter_us=min(delay, round(props.jitter_us * factor)),
+                          loss_pct=min(100.0, props.loss_pct * factor))
+
+
+def actions_summary(events: Iterable[Any]) -> dict[str, Any]:
+    """What a run's actions did, from its events (nestednet.model.events.Event): cues
+    played and failed; per ping its probes, answers, loss and RTT; per iperf its
+    intervals and mean throughput (and iperf3's receiver total)."""
+    played = failed = 0
+    pings: dict[int, dict[str, Any]] = {}
+    iperfs: dict[int, dict[str, Any]] = {}
+    for event in events:
+        extra = event.extra
+        if event.event == "action":
+            played += 1
+            failed += "error" in extra
+        elif event.event == "ping":
+            entry = pings.setdefault(extra["index"], {"nodes": list(event.nodes), "rtts": [],
+                                                       "probes": 0})
+            entry["probes"] += 1
+            if extra.get("rtt_ms") is not None:
+                entry["rtts"].append(float(extra["rtt_ms"]))
+        elif event.event == "iperf":
+            entry = iperfs.setdefault(extra["index"], {"nodes": list(event.nodes), "bps": [],
+                                                        "errors": 0})
+            if "error" in extra:
+                entry["errors"] += 1
+            elif extra.get("summary") == "receiver":
+                entry["receiver_bps"] = extra["bps"]
+            elif "summary" not in extra:
+                entry["bps"].append(float(extra["bps"]))
+    out_pings = {}
+    for index, entry in sorted(pings.items()):
+        rtts = sorted(entry["rtts"])
+        out_pings[index] = {
+            "nodes": entry["nodes"], "probes": entry["probes"], "answered": len(rtts),
+            "loss_pct": round(100 * (1 - len(rtts) / entry["probes"]), 1),
+            "rtt_ms_p50": rtts[len(rtts) // 2] if rtts else None,
+            "rtt_ms_max": rtts[-1] if rtts else None}
+    out_iperfs = {}
+    for index, entry in sorted(iperfs.items()):
+        values = entry["bps"]
+        out_iperfs[index] = {
+            "nodes": entry["nodes"], "intervals": len(values), "errors": entry["errors"],
+            "mean_bps": round(sum(values) / len(values)) if values else None,
+            "receiver_bps": entry.get("receiver_bps")}
+    return {"cues": played, "failed": failed, "ping": out_pings, "iperf": out_iperfs}

@@ -38,6 +38,16 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   how far apart the hosts changed. The ``link_up``/``link_down`` events of that batch
   follow it (adds) or precede it (removes).
 
+- ``action``: a scenario action's cue was played (nestednet.model.actions). ``action``:
+  its kind, ``op`` (cut, uncut, crash, restart, degrade, undegrade, start, stop),
+  ``index`` in the scenario's ``actions``; per op ``visible_after`` (pairs left visible),
+  ``target``, ``factor``, ``output``, ``exit_codes``; ``error`` when it failed.
+- ``ping``: one probe of a ping action: ``nodes: [src, dst]``, ``index``, ``seq``,
+  ``rtt_ms`` (null: no answer). ``scenario_time`` is when ping printed it.
+- ``iperf``: one interval of an iperf action: ``nodes: [client, server]``, ``index``,
+  ``protocol``, ``interval: [start, end]`` (scenario seconds), ``bps``; ``summary``
+  (sender|receiver) on iperf3's totals; ``error`` when it could not run.
+
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
 """
@@ -64,8 +74,11 @@ LINK_UPDATE = "link_update"
 SHAPING = "shaping"
 ROUTE = "route"
 HOST_FLOWS = "host_flows"
+ACTION = "action"
+PING = "ping"
+IPERF = "iperf"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
-         HOST_FLOWS)
+         HOST_FLOWS, ACTION, PING, IPERF)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}
