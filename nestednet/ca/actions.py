@@ -13,6 +13,8 @@ between steps; every cue returns quickly, so steps keep their time:
   is not rebooted: state survives, as after a suspend;
 * degrade scales a pair's properties (RunShaping.factors) and re-shapes the links
   that stay up;
+* capture writes pcapng from the host side of an iPHY's port (nestednet.lab.capture)
+  into the run directory, each packet's scenario time in its comment;
 * exec, ping and iperf run in a component through its node's inner engine
   (`docker exec`, nothing installed); their output is read on threads of their own
   and recorded as events with scenario time; a stop cue kills the process.
@@ -32,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nestednet.adapters.capture import Capture
+from nestednet.lab import capture as lab_capture
 from nestednet.model import events as ev
 from nestednet.model.actions import (
     DEFAULT_PING_INTERVAL,
@@ -117,6 +121,7 @@ class ActionPlayer:
         self.cuts: dict[str, Cut] = {}
         self.frozen: dict[str, Callable[[], None]] = {}
         self.jobs: dict[int, list[Job]] = {}
+        self.captures: dict[int, Capture] = {}
         self.t0_wall = time.time()
         self.errors = 0
 
@@ -146,6 +151,9 @@ class ActionPlayer:
             for job in jobs:
                 job.stop()
         self.jobs.clear()
+        for running in self.captures.values():
+            running.stop()
+        self.captures.clear()
         for key, thaw in list(self.frozen.items()):
             try:
                 thaw()
@@ -246,6 +254,9 @@ class ActionPlayer:
         return getattr(self, "_start_" + action.kind)(action, t)
 
     def _stop(self, cue: Cue, action: Action, _t: float) -> dict:
+        if action.kind == "capture":
+            running = self.captures.pop(action.index)
+            return {"packets": running.stop(), "file": str(running.path)}
         jobs = self.jobs.pop(action.index, [])
         for job in reversed(jobs):
             job.stop()
@@ -295,6 +306,14 @@ class ActionPlayer:
                    f"{self.address(src)} {self.address(dst)}; sleep {real:.3f}; done"]
         self.jobs[index] = [Job(session, src, "gnab", command, f"a{index}", line)]
         return {"interval": interval, "dst_address": self.address(dst)}
+
+    def _start_capture(self, action: Action, _t: float) -> dict:
+        spec = f"{action.get('node')}:{action.get('component')}"
+        names = lab_capture.ports(self.session.lab, [spec])
+        path = self.run_dir / action.get("file", f"capture-{action.index}.pcapng")
+        self.captures[action.index] = Capture(
+            names, path, lab_capture.scenario_comment(self.t0_wall, self.speed))
+        return {"file": str(path), "port": next(iter(names))}
 
     def _start_iperf(self, action: Action, t: float) -> dict:
         src, dst = action.get("src"), action.get("dst")

@@ -82,6 +82,11 @@ class RunShaping:
         return (direction(self.lab, a, b, forward, self.links),
                 direction(self.lab, b, a, backward, self.links))
 
+    def directions(self, link: LinkEnds) -> tuple[Direction, Direction]:
+        """Both directions of a link as they are shaped now (the fidelity check's
+        configured side)."""
+        return self._directions(link)
+
     def _payload(self, pair: tuple[Direction, Direction]) -> dict[str, Any]:
         policy = self.shaper.policy
         dropped = sorted(set(policy.dropped(pair[0].properties))

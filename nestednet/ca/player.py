@@ -55,10 +55,13 @@ class Player:
 
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
              tick: float = 0.25,
-             on_step_done: Callable[[int], None] = lambda index: None) -> PlayResult:
+             on_step_done: Callable[[int], None] = lambda index: None,
+             on_start: Callable[[float], None] = lambda wall: None) -> PlayResult:
         """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time,
-        ``on_step_done`` each played step's index once its time is over."""
+        ``on_step_done`` each played step's index once its time is over, ``on_start`` the
+        wall-clock time of scenario time 0."""
         start = time.monotonic()
+        on_start(time.time())
         played = 0
         # Steps and action cues in time order; at one instant the cues go first, so a
         # step that starts with a cut is filtered from its first moment.

@@ -26,12 +26,13 @@ from nestednet import connectivity_plot
 from nestednet.adapters import netlink
 from nestednet.ca.actions import ActionPlayer
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
+from nestednet.ca.fidelity import FidelityCheck
 from nestednet.ca.flows import HostsInstaller, MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import UsageError
-from nestednet.lab import designs
+from nestednet.lab import designs, runs
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.multihost import HostLinks
 from nestednet.lab.nodes import Lab
@@ -44,6 +45,7 @@ from nestednet.model.actions import actions_summary
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
+    FIDELITY,
     HOST_FLOWS,
     LATENCY_PHASES,
     ROUTE,
@@ -52,6 +54,7 @@ from nestednet.model.events import (
     negotiation_summary,
     route_summary,
 )
+from nestednet.model.fidelity import summary as fidelity_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -113,6 +116,8 @@ class RunSummary:
     routes: list = field(default_factory=list)
     """events.route_summary of this run: route changes per step and node, convergence."""
     actions: dict = field(default_factory=dict)
+    fidelity: dict = field(default_factory=dict)
+    """model.fidelity.summary: shaped directions checked at each step's end, matched."""
     """model.actions.actions_summary: cues played and failed, per measurement its figures."""
     host_flows: dict = field(default_factory=dict)
     """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
@@ -159,6 +164,17 @@ def describe_host_flows(host_flows: dict) -> str | None:
                          f"{every['p50']:.1f}/{every['p90']:.1f} ms, spread "
                          f"{spread['p50']:.1f}/{spread['p90']:.1f} ms")
     return "flows per batch (p50/p90): " + "; ".join(parts) if parts else None
+
+
+def describe_fidelity(fidelity: dict) -> str:
+    """One line for a person: shaped directions whose kernel state matched the config."""
+    line = (f"fidelity: {fidelity['matched']} of {fidelity['checks']} shaped directions "
+            "matched what was configured at their step's end")
+    if fidelity["mismatched"]:
+        first = fidelity["mismatched"][0]
+        line += (f"; e.g. step {first['checked_step'] + 1} port {first['port']}: "
+                 f"{'; '.join(first['differences'])}")
+    return line
 
 
 def describe_actions(actions: dict) -> str:
@@ -496,8 +512,19 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
                   _route_events(lab, ca_session, summary.routing),
                   contextlib.closing(actions) if actions else contextlib.nullcontext()):
-                result: PlayResult = player.play(stop, on_tick=tick,
-                                                 on_step_done=pictures.step_done)
+                clock = runs.ScenarioClock(options.lab)
+                try:
+                    fidelity = FidelityCheck(ca_session)
+
+                    def step_done(index: int) -> None:
+                        pictures.step_done(index)
+                        fidelity.step_done(index)
+
+                    result: PlayResult = player.play(
+                        stop, on_tick=tick, on_step_done=step_done,
+                        on_start=lambda wall: clock.start(wall, options.speed, events_path))
+                finally:
+                    clock.stop()
             summary.steps_played = result.steps_played
             summary.scenario_time = result.scenario_time
             summary.interrupted = result.interrupted
@@ -518,6 +545,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.host_flows = host_flows_summary(ca_session.events.records)
         if scenario.actions:
             summary.actions = actions_summary(ca_session.events.records)
+        if ca_session.shaping is not None:
+            summary.fidelity = fidelity_summary(e.extra for e in ca_session.events.records
+                                                if e.event == FIDELITY)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

@@ -241,6 +241,9 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         out_console.print(hosts_line, highlight=False, soft_wrap=True)
     out_console.print(_session().describe_routes(summary.routing, summary.routes),
                       highlight=False, soft_wrap=True)
+    if summary.fidelity:
+        out_console.print(_session().describe_fidelity(summary.fidelity), highlight=False,
+                          soft_wrap=True)
     if summary.actions:
         out_console.print(_session().describe_actions(summary.actions), highlight=False,
                           soft_wrap=True)

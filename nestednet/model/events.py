@@ -48,6 +48,11 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   ``protocol``, ``interval: [start, end]`` (scenario seconds), ``bps``; ``summary``
   (sender|receiver) on iperf3's totals; ``error`` when it could not run.
 
+- ``fidelity``: at the end of step ``checked_step``, one shaped direction of a link:
+  ``nodes``, ``port`` (the receiving port), ``direction``, ``configured`` (properties),
+  ``kernel`` (what tc holds: rate, delay, jitter, loss, drops, backlog; null: no tree),
+  ``matched`` and ``differences`` (text per property that differs).
+
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
 """
@@ -77,8 +82,9 @@ HOST_FLOWS = "host_flows"
 ACTION = "action"
 PING = "ping"
 IPERF = "iperf"
+FIDELITY = "fidelity"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
-         HOST_FLOWS, ACTION, PING, IPERF)
+         HOST_FLOWS, ACTION, PING, IPERF, FIDELITY)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}

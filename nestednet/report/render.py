@@ -98,15 +98,21 @@ def _ms(value: float | None) -> str:
 
 
 def _fidelity_table(checks: list[dict[str, Any]]) -> list[Any]:
+    """Matched count, then every mismatch and the first matches (up to 12 rows)."""
     matched = sum(1 for c in checks if c.get("matched"))
-    rows = [["time s", "port", "link", "configured bit/s", "kernel bit/s", "drops",
-             "backlog", "matched"]]
-    for c in checks:
-        if not c.get("matched") or len(rows) < 12:
-            rows.append([f"{c['scenario_time']:.1f}", c.get("port", ""), "-".join(c["nodes"]),
-                         c.get("configured_bps"), c.get("kernel_bps"), c.get("drops"),
-                         c.get("backlog"), "yes" if c.get("matched") else "NO"])
-    return [f"{matched} of {len(checks)} checks matched", rows]
+    rows = [["step", "direction", "port", "configured rate", "kernel rate", "drops",
+             "backlog pkts", "matched"]]
+    ordered = sorted(checks, key=lambda c: bool(c.get("matched")))
+    for c in ordered:
+        if c.get("matched") and len(rows) >= 13:
+            break
+        kernel = c.get("kernel") or {}
+        rows.append([c.get("checked_step", 0) + 1, c.get("direction"), c.get("port"),
+                     (c.get("configured") or {}).get("rate_bps"), kernel.get("rate_bps"),
+                     kernel.get("class_dropped"), kernel.get("backlog_packets"),
+                     "yes" if c.get("matched") else "NO: " + "; ".join(c["differences"])])
+    return [f"{matched} of {len(checks)} shaped directions matched at their step's end",
+            rows]
 
 
 def _figure(height: float = 3.0, rows: int = 1) -> Any:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from nestednet.lab.runs import ScenarioClock
 from nestednet.model.events import read_events
 
 pytestmark = pytest.mark.system
@@ -48,6 +50,9 @@ SCENARIO = {
         {"action": "crash", "time": 31, "node": "n2", "component": "iphy1"},
         {"action": "restart", "time": 33, "node": "n2", "component": "iphy1"},
         {"action": "churn", "from": 34, "until": 36, "percent": 25, "seed": 1},
+        {"action": "capture", "from": 2, "until": 8, "node": "n1", "component": "iphy1"},
+        {"action": "capture", "from": 2, "until": 8, "node": "n1", "component": "iphy2",
+         "file": "n1-iphy2.pcapng"},
     ]}
 
 
@@ -68,14 +73,47 @@ def played(tmp_path_factory):
         scenario.write_text(json.dumps(SCENARIO))
         refused = nn("run", str(scenario), "--lab", LAB)
         events = directory / "run" / "events.jsonl"
-        done = nn("run", str(scenario), "--lab", LAB, "--allow-faults", "--json",
-                  "--events", str(events))
-        assert done.returncode == 0, done.stderr[-3000:]
+        running = subprocess.Popen([CLI, "run", str(scenario), "--lab", LAB, "--allow-faults",
+                                    "--json", "--events", str(events)], text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        clock = ScenarioClock(LAB)
+        deadline = time.monotonic() + 120
+        while clock.read() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        beside = nn("capture", "--lab", LAB, "n1:iphy1", "n1:iphy2", "n2:iphy1", "--for", "4",
+                    "-w", str(directory / "beside.pcapng"), "--json")
+        started = clock.read()
+        assert started is not None
+        time.sleep(max(0.0, started["t0_wall"] + 37.5 - time.time()))
+        broken = break_a_shaped_port()
+        out, err = running.communicate(timeout=300)
+        assert running.returncode == 0, err[-3000:]
         state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}}",
                                 f"{LAB}-n3"], capture_output=True, text=True)
-        yield json.loads(done.stdout), read_events(events), events.parent, refused, state
+        yield (json.loads(out), read_events(events), events.parent, refused, state, beside,
+               broken)
     finally:
         nn("delete", "--lab", LAB)
+
+
+def break_a_shaped_port() -> str:
+    """Change one shaped port's leaf rate to 1 Mbit/s behind NestedNet's back."""
+    from pyroute2 import IPRoute
+
+    from nestednet.adapters import tc
+    from nestednet.lab.shaping import iphy_port
+    from nestednet.model import tcplan
+    from nestednet.model import topology as topo
+
+    ports = [iphy_port(LAB, topo.Endpoint(n, j)) for n in range(1, 5) for j in (1, 2)]
+    held = tc.read(None, ports)
+    port = next(p for p, state in held.items()
+                if state.get("exists") and state["root"]["handle"] == "1:0")
+    with IPRoute() as ipr:
+        index = ipr.link_lookup(ifname=port)[0]
+        ipr.tc("change-class", "htb", index, handle=tcplan.leaf_class(0),
+               parent=tcplan.CEILING_CLASS, rate="1mbit", ceil="1mbit")
+    return port
 
 
 def actions_of(events, kind):
@@ -186,3 +224,59 @@ def test_exec_output_goes_to_the_run_directory(played):
     assert 3 <= len(lines) <= 6 and all(line.endswith("tick") for line in lines)
     times = [float(line.split()[0]) for line in lines]
     assert 0.8 <= times[0] <= 2 and times[-1] <= 5.5
+
+
+def comments(packets):
+    return [float(p.comments[0].decode().removeprefix("scenario_time=")) for p in packets
+            if getattr(p, "comments", None)]
+
+
+def test_capture_action_writes_pcapng_in_its_window(played):
+    from scapy.utils import rdpcap
+
+    events = played[1]
+    stops = [e for e in actions_of(events, "capture") if e.extra["op"] == "stop"]
+    assert len(stops) == 2 and {Path(e.extra["file"]).name for e in stops} == {
+        "capture-12.pcapng", "n1-iphy2.pcapng"}
+    total = 0
+    for stop in stops:
+        packets = rdpcap(stop.extra["file"])
+        assert len(packets) == stop.extra["packets"]
+        times = comments(packets)
+        assert len(times) == len(packets)
+        assert all(1.9 <= t <= 8.3 for t in times), (min(times), max(times))
+        assert {p.sniffed_on for p in packets} <= {"n1:iphy1", "n1:iphy2"}
+        total += len(packets)
+    print(f"capture action: {total} packets on n1's two iPHYs in 2-8 s")
+    assert total > 1000  # the iperf at up to 20 Mbit/s runs through one of them
+
+
+def test_capture_beside_a_run_stamps_scenario_time(played):
+    from scapy.utils import rdpcap
+
+    beside = played[5]
+    assert beside.returncode == 0, beside.stderr
+    result = json.loads(beside.stdout)
+    assert result["scenario_time"] == "packet comment" and result["packets"] > 0
+    packets = rdpcap(result["file"])
+    assert len(packets) == result["packets"]
+    assert {p.sniffed_on for p in packets} <= {"n1:iphy1", "n1:iphy2", "n2:iphy1"}
+    times = comments(packets)
+    assert len(times) == len(packets) and min(times) >= 0 and max(times) <= 10
+    wall = [float(p.time) for p in packets]
+    assert max(wall) - min(wall) <= 4.5
+
+
+def test_fidelity_matches_and_reports_the_port_broken_behind_our_back(played):
+    summary, events, broken = played[0], played[1], played[6]
+    checks = [e for e in events if e.event == "fidelity"]
+    first = [e for e in checks if e.extra["checked_step"] == 0]
+    last = [e for e in checks if e.extra["checked_step"] == 1]
+    assert first and all(e.extra["matched"] for e in first)
+    wrong = [e for e in last if not e.extra["matched"]]
+    assert [e.extra["port"] for e in wrong] == [broken]
+    assert wrong[0].extra["kernel"]["rate_bps"] == 1_000_000
+    assert "configured 20000000" in wrong[0].extra["differences"][0]
+    fidelity = summary["fidelity"]
+    print(f"fidelity: {fidelity['matched']} of {fidelity['checks']} matched; broken {broken}")
+    assert fidelity["checks"] == len(checks) and fidelity["matched"] == len(checks) - 1
