@@ -25,15 +25,14 @@ class Capture:
         self._comment = comment
         self._lock = threading.Lock()
         self._writer = PcapNgWriter(str(path))
-        self._sniffer = AsyncSniffer(iface=list(self.labels), prn=self._write, store=False)
+        started = threading.Event()
+        self._sniffer = AsyncSniffer(iface=list(self.labels), prn=self._write, store=False,
+                                     started_callback=started.set)
         self._sniffer.start()
-        # scapy's sniffer opens its sockets on its own thread: packets count once it does.
-        deadline = threading.Event()
-        for _ in range(50):
-            if getattr(self._sniffer, "running", False) and getattr(
-                    self._sniffer, "stop_cb", None) is not None:
-                break
-            deadline.wait(0.02)
+        # The sockets are opened on the sniffer's thread: packets count once they are.
+        if not started.wait(10):
+            self._sniffer.stop(join=False)
+            raise RuntimeError(f"the capture on {', '.join(self.labels)} did not start")
 
     def _write(self, packet: Any) -> None:
         label = self.labels.get(packet.sniffed_on, packet.sniffed_on)

@@ -103,7 +103,9 @@ class Job:
             lab = self.session.lab
             with contextlib.suppress(Exception), lab.inner(self.number) as inner:
                 child = lab.child(inner, self.component)
-                child.exec_run(["sh", "-c", f"kill $(cat {self.pidfile}) 2>/dev/null"])
+                # The command and its children (ping restarted by its loop) go together.
+                child.exec_run(["sh", "-c", f"p=$(cat {self.pidfile}); "
+                                "kill $p $(pgrep -P $p) 2>/dev/null"])
         self.thread.join(wait)
 
 
@@ -285,18 +287,27 @@ class ActionPlayer:
         src, dst = action.get("src"), action.get("dst")
         interval = float(action.get("interval", DEFAULT_PING_INTERVAL))
         real = max(0.002, interval / self.speed)
-        seen: set[int] = set()
+        seen: set[tuple[int, int]] = set()
+        generation = [0]
         session, index = self.session, action.index
 
-        def line(text: str, _wall: float) -> None:
+        def line(text: str, wall: float) -> None:
+            if text.startswith("PING "):
+                generation[0] += 1  # started again: its icmp_seq counts from 1 again
+                return
             reply, lost = _PING_REPLY.match(text), _PING_LOST.match(text)
             found = reply or lost
             if found is None:
+                if "unreachable" in text.lower():  # could not even send: a probe lost
+                    session.events.write(ev.PING, scenario_time=self.scenario_time(wall),
+                                         step=session.ca.progress.step, nodes=[src, dst],
+                                         index=index, seq=None, rtt_ms=None,
+                                         error=text.strip())
                 return
             seq = int(found.group(2))
-            if seq in seen:
+            if (generation[0], seq) in seen:
                 return
-            seen.add(seq)
+            seen.add((generation[0], seq))
             session.events.write(ev.PING, scenario_time=self.scenario_time(float(found.group(1))),
                                  step=session.ca.progress.step, nodes=[src, dst], index=index,
                                  seq=seq, rtt_ms=float(reply.group(3)) if reply else None)
