@@ -31,10 +31,18 @@ class NestedNetError(Exception):
         self.hint = hint
 
 
-class UsageError(NestedNetError):
-    """Bad input: a file, a name or an option that cannot be used as given."""
+class InputError(NestedNetError):
+    """Bad input: a file, a name or an option that cannot be used as given.
+
+    Its message says where the problem sits (``scenario.json: steps[3].visible[2]:
+    unknown node 'n13'``); nothing was started or changed. The command line exits 2.
+    """
 
     exit_code = ExitStatus.USAGE
+
+
+UsageError = InputError
+"""The name the code base raises it under (the command line's "usage error")."""
 
 
 class Interrupted(NestedNetError):

@@ -310,3 +310,16 @@ def image_archive(client: docker.DockerClient, ref: str, kind: str | None = None
         for old in stale_archives(CACHE_DIR, kind, path):
             old.unlink(missing_ok=True)
     return path
+
+
+def probe_image() -> str | None:
+    """An image to probe container privileges with (`nestednet doctor`), if the engine
+    has one of ours; None when there is none or no engine answers."""
+    try:
+        client = docker_engine.connect(timeout=10)
+    except EnvironmentProblem:
+        return None
+    for tag in (COMPONENT_IMAGE, BOOTSTRAP_BASE, STOCK_BASE):
+        if docker_engine.image_exists(client, tag):
+            return tag
+    return None

@@ -48,7 +48,7 @@ def run(bench: Bench) -> dict:
     p = params(bench.quick)
     lab = bench.lab(LabSpec("nested", 2, 1))
     plan = plan_from_dict(lab.shape, lab.meta["plan"])
-    links = LabLinks.of(lab.record)
+    links = LabLinks.of(lab.record, lab.meta)
     shaper = shaping.lab_shaper(lab.record, FULL)
     if not links.links():
         shaping.add_link(links, shaper, A, B, None)

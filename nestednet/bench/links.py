@@ -45,7 +45,7 @@ def mesh(nodes: int, iphys: int) -> list[tuple[topo.Endpoint, topo.Endpoint]]:
 
 
 def ensure_mesh(lab) -> list[tuple[topo.Endpoint, topo.Endpoint]]:
-    links = LabLinks.of(lab.record)
+    links = LabLinks.of(lab.record, lab.meta)
     present = set(links.links())
     wanted = mesh(lab.shape.nodes, lab.shape.iphys)
     for a, b in wanted:

@@ -93,7 +93,7 @@ def measure(lab, links: LabLinks, first: tuple[topo.Endpoint, topo.Endpoint],
 
 def _line_lab(bench: Bench, nodes: int, iphys: int):
     lab, _meta = bench.create(LabSpec("nested", nodes, iphys, routing="babel"))
-    links = LabLinks.of(lab.record)
+    links = LabLinks.of(lab.record, lab.meta)
     chain = line_links(nodes)
     for a, b in chain[1:]:
         links.add(a, b)

@@ -129,9 +129,9 @@ class ActionPlayer:
 
     # --- the player's hooks ----------------------------------------------------------
 
-    def begin(self) -> None:
-        """Scenario time 0 is now (wall clock), for the measurements' own timestamps."""
-        self.t0_wall = time.time()
+    def begin(self, t0_wall: float) -> None:
+        """When scenario time 0 is (wall clock), for the measurements' own timestamps."""
+        self.t0_wall = t0_wall
 
     def visible(self, pairs: frozenset[Pair]) -> frozenset[Pair]:
         """A step's visible pairs with the active cuts taken out."""

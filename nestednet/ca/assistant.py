@@ -11,14 +11,16 @@ state rather than a half-told one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from nestednet.agent import protocol as p
 from nestednet.ca.mirror import AgentMirror
@@ -126,19 +128,30 @@ class LinkShaping(Protocol):
 
 
 class EventLog:
-    """The run's events as JSON lines, in nestednet.model.events' record format."""
+    """The run's events as JSON lines, in nestednet.model.events' record format.
 
-    def __init__(self, path: Path | None) -> None:
+    A write the disk refuses (full, quota, I/O error) does not end the CA's thread: the
+    file is cut back to its last whole line, so what is there stays a valid stream,
+    ``failure`` keeps the error, ``on_failure`` is told once (a run stops then), and
+    later events are kept in memory only.
+    """
+
+    def __init__(self, path: Path | None,
+                 on_failure: Callable[[OSError], None] = lambda error: None) -> None:
         self.path = path
-        self._file: TextIO | None = None
+        self._fd: int | None = None
         self._lock = threading.Lock()
+        self._on_failure = on_failure
+        self.failure: OSError | None = None
+        """Why the file stopped taking events (None while it takes them)."""
         self.counts: Counter[str] = Counter()
         """How many of each event this log has written (this run only)."""
         self.records: list[Event] = []
         """This run's events (the file may hold earlier runs' too), e.g. for pictures."""
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", buffering=1)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                               0o600)
 
     def write(self, kind: str, *, scenario_time: float, step: int | None = None,
               nodes: Iterable[str] = (), iphys: Iterable[int] = (),
@@ -149,15 +162,33 @@ class EventLog:
                        step=step if step is not None and step >= 0 else None,
                        nodes=tuple(nodes), iphys=tuple(iphys), visible=tuple(visible),
                        reason=reason, latency_ms=latency_ms, extra=extra)
+        failed = None
         with self._lock:
             self.records.append(record)
-            if self._file is not None:
-                self._file.write(record.to_line() + "\n")
+            if self._fd is not None and self.failure is None:
+                failed = self._append((record.to_line() + "\n").encode())
+        if failed is not None:
+            self._on_failure(failed)
+
+    def _append(self, data: bytes) -> OSError | None:
+        """Write one whole line or none of it; the error when the disk refused."""
+        assert self._fd is not None
+        whole = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, whole)
+            self.failure = exc
+            return exc
+        return None
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 @dataclass

@@ -26,7 +26,7 @@ class Cues(Protocol):
 
     cues: Sequence[Any]
 
-    def begin(self) -> None: ...
+    def begin(self, t0_wall: float) -> None: ...
     def visible(self, pairs: frozenset) -> frozenset: ...
     def play(self, cue: Any, scenario_time: float) -> None: ...
 
@@ -56,20 +56,29 @@ class Player:
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
              tick: float = 0.25,
              on_step_done: Callable[[int], None] = lambda index: None,
+             start_at: float = 0.0,
              on_start: Callable[[float], None] = lambda wall: None) -> PlayResult:
         """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time,
         ``on_step_done`` each played step's index once its time is over, ``on_start`` the
-        wall-clock time of scenario time 0."""
-        start = time.monotonic()
-        on_start(time.time())
-        played = 0
+        wall-clock time of scenario time 0.
+
+        ``start_at``: the scenario time to start from (a resumed run): the clock starts
+        there, the step in effect then is applied at once and the earlier ones never
+        (nor the action cues before it).
+        """
+        start = time.monotonic() - start_at / self.speed
+        on_start(time.time() - start_at / self.speed)
+        current = self.step_at(start_at)
+        played, last = 0, None
         # Steps and action cues in time order; at one instant the cues go first, so a
         # step that starts with a cut is filtered from its first moment.
         timeline: list[tuple[float, int, int, Any]] = [
-            (step.time, 1, index, None) for index, step in enumerate(self.scenario.steps)]
+            (step.time, 1, index, None) for index, step in enumerate(self.scenario.steps)
+            if index >= current]
         if self.actions is not None:
-            self.actions.begin()
-            timeline += [(cue.time, 0, n, cue) for n, cue in enumerate(self.actions.cues)]
+            self.actions.begin(time.time() - start_at / self.speed)
+            timeline += [(cue.time, 0, n, cue) for n, cue in enumerate(self.actions.cues)
+                         if cue.time >= start_at]
         for when, _, index, cue in sorted(timeline, key=lambda item: item[:3]):
             if when > self.end:
                 break
@@ -79,14 +88,22 @@ class Player:
                 assert self.actions is not None
                 self.actions.play(cue, when)
                 continue
-            if played:
-                on_step_done(index - 1)
+            if last is not None:
+                on_step_done(last)
             self.apply_now(index)
-            played += 1
+            played, last = played + 1, index
         interrupted = self._wait_until(start, self.end, stop, on_tick, tick)
-        if played and not interrupted:
-            on_step_done(played - 1)
+        if last is not None and not interrupted:
+            on_step_done(last)
         return PlayResult(played, min(self._now(start), self.end), interrupted)
+
+    def step_at(self, scenario_time: float) -> int:
+        """The index of the step in effect at ``scenario_time`` (0 before the first)."""
+        index = 0
+        for k, step in enumerate(self.scenario.steps):
+            if step.time <= scenario_time:
+                index = k
+        return index
 
     def _now(self, start: float) -> float:
         return (time.monotonic() - start) * self.speed

@@ -29,12 +29,18 @@ from nestednet.lab import lock, runs
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import Event
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, Scenario
-from nestednet.model.scenario_file import DEFAULT_IPHYS, load_link_model, load_scenario
+from nestednet.model.scenario_file import (
+    DEFAULT_IPHYS,
+    load_link_model,
+    load_scenario,
+    with_length_unit,
+)
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.routing import strategies
 
 if TYPE_CHECKING:
     from nestednet.ca import session
+    from nestednet.lab.nodes import Lab
 
 Notify = Callable[[str], None]
 
@@ -55,7 +61,8 @@ class RunRequest:
     text where a parsed value is meant.
     """
 
-    scenario: Path
+    scenario: Path | Scenario
+    """A scenario file, or a scenario already loaded or built (nestednet.api.Scenario)."""
     lab: str = "nn"
     speed: float = 1.0
     until: float | None = None
@@ -80,7 +87,7 @@ class RunRequest:
     def __post_init__(self) -> None:
         for name in ("scenario", "events", "plot_dir", "link_model"):
             value = getattr(self, name)
-            if value is not None and not isinstance(value, Path):
+            if value is not None and not isinstance(value, Path | Scenario):
                 object.__setattr__(self, name, Path(value))
         if self.component_caps is not None:
             object.__setattr__(self, "component_caps",
@@ -113,19 +120,32 @@ def _check_number(name: str, value: object, *, minimum: float,
         raise UsageError(f"{name}: {value!r} is not a finite number {bound}")
 
 
-def iphys_for(lab: str, given: int | None) -> int:
+def iphys_for(lab: str, given: int | None, opened: Lab | None = None) -> int:
     """iPHYs per node for a NestedNet-format scenario: ``given``, else the existing lab's
-    count (a scenario fits the lab it runs on), else the default."""
+    count (``opened``: that lab, already read; a scenario fits the lab it runs on), else
+    the default."""
     if given is not None:
         return given
+    if opened is not None:
+        return opened.shape.iphys
     return runs.lab_iphys(lab) or DEFAULT_IPHYS
 
 
-def check_faults_allowed(scenario: Scenario, request: RunRequest) -> None:
+def _open_existing(name: str) -> Lab | None:
+    """The lab ``name`` read once for the whole run, or None when it does not exist yet."""
+    # Lazy: the lab runtime loads docker, and a RunRequest alone must not.
+    from nestednet.lab.nodes import Lab
+    from nestednet.lab.record import LabRecord
+
+    return Lab.open(name) if LabRecord(name).exists() else None
+
+
+def check_faults_allowed(scenario: Scenario, request: RunRequest, lab: Lab | None,
+                         source: str) -> None:
     """A crash freezes a node: on a lab the run did not make, only when asked (exit 2)."""
     crashes = [a for a in scenario.actions if a.kind in ("crash", "churn")]
-    if crashes and not request.allow_faults and runs.lab_iphys(request.lab) is not None:
-        raise UsageError(f"{request.scenario}: {crashes[0].label}: lab {request.lab} exists "
+    if crashes and not request.allow_faults and lab is not None:
+        raise UsageError(f"{source}: {crashes[0].label}: lab {request.lab} exists "
                          "and this run did not create it; a crash would freeze its nodes",
                          hint="add --allow-faults, or run on a new --lab (run creates it)")
 
@@ -145,20 +165,35 @@ class Run:
     the run ended with.
     """
 
-    def __init__(self, request: RunRequest, *, notify: Notify = lambda text: None) -> None:
+    def __init__(self, request: RunRequest, *, notify: Notify = lambda text: None,
+                 lab: Lab | None = None) -> None:
+        """``lab``: the run's lab as the caller opened it (the Python API's handle); by
+        default it is opened here when it exists. Either way its record is read once
+        and that reading serves the whole run."""
         if not isinstance(request, RunRequest):
             raise TypeError(f"Run takes a RunRequest, not {type(request).__name__}")
         self.request = request
         self._notify = notify
-        self.scenario: Scenario = load_scenario(
-            request.scenario, nestednet_iphys=iphys_for(request.lab, request.iphys),
-            length_unit=request.length_unit)
-        check_faults_allowed(self.scenario, request)
+        if lab is not None and lab.record.lab != request.lab:
+            raise ValueError(f"the request names lab {request.lab}, the handle {lab.record.lab}")
+        self.lab: Lab | None = lab if lab is not None else _open_existing(request.lab)
+        if isinstance(request.scenario, Scenario):
+            source = request.scenario.name or "<scenario>"
+            self.scenario: Scenario = with_length_unit(request.scenario, request.length_unit,
+                                                       source)
+        else:
+            source = str(request.scenario)
+            self.scenario = load_scenario(
+                request.scenario,
+                nestednet_iphys=iphys_for(request.lab, request.iphys, self.lab),
+                length_unit=request.length_unit)
+        if self.lab is not None:
+            _session().check_fits(self.scenario, self.lab)
+        check_faults_allowed(self.scenario, request, self.lab, source)
         model = load_link_model(request.link_model) if request.link_model is not None \
             else None
         links = _session().plan_shaping(self.scenario, model, request.shaping_mode,
-                                     str(request.scenario), self._netem,
-                                     keep_order=request.keep_order)
+                                     source, self._netem, keep_order=request.keep_order)
         if request.events is not None:
             runs.check_writable(request.events, "--events")
         self.options = _session().RunOptions(
@@ -182,14 +217,12 @@ class Run:
         lab's (each host's, for a lab over several hosts), else this machine's."""
         # Lazy: the probe imports pyroute2 and a lab's runtime; only shaped runs ask.
         from nestednet.lab import designs
-        from nestednet.lab.nodes import Lab
-        from nestednet.lab.record import LabRecord
         from nestednet.lab.shaping import netem_available
 
-        if not LabRecord(self.request.lab).exists():
+        if self.lab is None:
             return netem_available()
-        opened = Lab.open(self.request.lab)
-        return designs.of(opened.meta).links(opened.record).netem_available()
+        return designs.of(self.lab.meta).links(self.lab.record, self.lab.meta) \
+            .netem_available()
 
     @property
     def events_path(self) -> Path:
@@ -209,6 +242,8 @@ class Run:
             stack.enter_context(runs.RunMarker(self.request.lab).held(self.request.remove_lab))
             self.options.created_lab = _session().ensure_lab(self.scenario, self.options,
                                                           notify=self._notify)
+            if self.lab is None:
+                self.lab = _open_existing(self.request.lab)
             if self.options.events is None:
                 self.options.events = runs.results_dir(self.request.lab) / "events.jsonl"
             self._tail = runs.EventTail(self.options.events)
@@ -223,9 +258,14 @@ class Run:
     def _play(self) -> None:
         try:
             self._summary = _session().run(self.scenario, self.options, self._stop, self.live,
-                                        notify=self._notify)
+                                        notify=self._notify, lab=self.lab)
         except BaseException as exc:  # handed to whoever asks for the summary
             self._error = exc
+
+    @property
+    def started(self) -> bool:
+        """Whether `start` was called."""
+        return self._started
 
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

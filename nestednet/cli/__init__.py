@@ -1,10 +1,14 @@
 """The `nestednet` command line: parses, calls the library, prints. Nothing else.
 
+Labs, links and runs are reached through the Python API (nestednet.api), as a script
+reaches them; tests/unit/test_import_graph.py keeps Docker, OVS, netlink and the lab
+and CA runtimes out of this package.
+
 One module per command family, each adding its commands to `main` in `register`:
 
 - `doctor`: what this machine can do (nestednet.capabilities).
 - `images`: build the base, component and node-parent images.
-- `nodes`: create, status, exec, swap, delete, cleanup (nestednet.lab).
+- `nodes`: create, status, exec, swap, delete, cleanup.
 - `links`: link add/del/list, flows on the main bridge.
 - `run`, `demo`: play a scenario with the communication assistant.
 - `visibility`, `graph`: generate and check scenarios, draw them.

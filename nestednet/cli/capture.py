@@ -1,4 +1,4 @@
-"""`nestednet capture`: pcapng from the host side of iPHY ports (nestednet.lab.capture)."""
+"""`nestednet capture`: pcapng from the host side of iPHY ports (nestednet.api.capture)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import click
 
+from nestednet.api.capture import capture as capture_ports
 from nestednet.console import FiniteFloat, err_console, out_console, print_json
-from nestednet.lab import capture as lab_capture
-from nestednet.lab.nodes import Lab
 
 
 def register(group: click.Group) -> None:
@@ -40,14 +39,13 @@ def capture(ports: tuple[str, ...], lab: str, path: Path | None, seconds: float 
       nestednet capture n1:iphy1 --for 10 -w n1.pcapng
       nestednet capture --lab demo n1:iphy1 n2:iphy1 n3:iphy2 -w many.pcapng
     """
-    opened = Lab.open(lab)
     out = path or Path(f"capture-{lab}-{time.strftime('%Y%m%d-%H%M%S')}.pcapng")
     stop = threading.Event()
     if not as_json:
         err_console.print(f"capturing {' '.join(ports)} into {out}"
                           + (f" for {seconds:g} s" if seconds else " (Ctrl-C stops)"))
     try:
-        result = lab_capture.capture(opened, ports, out, seconds, stop)
+        result = capture_ports(lab, ports, out, seconds, stop)
     except KeyboardInterrupt:
         stop.set()
         raise

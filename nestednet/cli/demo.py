@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from nestednet.ca.runner import RunRequest
+from nestednet.api.run import RunRequest
 from nestednet.cli.run import execute
 from nestednet.console import FiniteFloat
 

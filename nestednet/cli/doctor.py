@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
-from nestednet.capabilities.report import ready_for_create, report
 from nestednet.console import out_console, print_json
-from nestednet.errors import EnvironmentProblem, ExitStatus
+from nestednet.errors import ExitStatus
 
 
 def register(group: click.Group) -> None:
@@ -28,9 +27,12 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
     `nestednet create` needs is there, 1 otherwise. With --hosts FILE, the same for
     every host of a multi-host lab (docs/multihost.md).
     """
+    # Lazy: the docker SDK and python-ovs would add start-up time to every command.
+    from nestednet import images
+    from nestednet.capabilities.report import ready_for_create, report
+
     if hosts_file is not None:
-        # Lazy: the docker SDK and python-ovs add start-up time to the plain `doctor`.
-        from nestednet import images
+        # Lazy: the hosts' checks are needed only with --hosts.
         from nestednet.capabilities.hosts import helper_check, host_checks
         from nestednet.model.placement import load_hosts
 
@@ -39,7 +41,7 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
                   for c in [*host_checks(h, images.DIND_IMAGE, tls=hostset.ssl),
                             helper_check(h, hostset)]]
     else:
-        checks = report(_probe_image())
+        checks = report(images.probe_image())
     ready = ready_for_create(checks)
     if as_json:
         print_json({"ready_for_create": ready, "checks": [c.as_dict() for c in checks]})
@@ -56,18 +58,3 @@ def doctor(as_json: bool, hosts_file: Path | None) -> None:
         out_console.print(f"\n{verdict}")
     sys.exit(ExitStatus.OK if ready else ExitStatus.FAILURE)
 
-
-def _probe_image() -> str | None:
-    """An image to probe container privileges with, if the engine has one of ours."""
-    # Lazy: the docker SDK adds ~0.1 s to every command's start-up.
-    from nestednet import images
-    from nestednet.adapters import docker_engine
-
-    try:
-        client = docker_engine.connect(timeout=10)
-    except EnvironmentProblem:
-        return None
-    for tag in (images.COMPONENT_IMAGE, images.BOOTSTRAP_BASE, images.STOCK_BASE):
-        if docker_engine.image_exists(client, tag):
-            return tag
-    return None

@@ -5,7 +5,6 @@ multi-host lab needs, started and removed as a Swarm global service (issue #16).
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import click
 
@@ -72,20 +71,6 @@ HOSTS_FILE = click.option("--hosts", "hosts_file",
                           help="Hosts file (nestednet/schemas/hosts.schema.json).")
 
 
-def _manager(hostset: pl.HostSet):
-    """The swarm manager's engine among the hosts (each at its `engine` URL)."""
-    # Lazy: the docker SDK adds start-up time to `hosts plan`.
-    from nestednet.adapters import docker_engine
-    from nestednet.errors import UsageError
-    from nestednet.lab.multihost import swarm_manager
-
-    missing = [h.name for h in hostset.hosts if h.engine is None]
-    if missing:
-        raise UsageError(f"hosts {', '.join(missing)}: the hosts file gives no `engine` URL")
-    return swarm_manager({h.name: SimpleNamespace(engine=docker_engine.client_for(h.engine))
-                          for h in hostset.hosts})
-
-
 @hosts.command()
 @HOSTS_FILE
 @click.option("--timeout", type=float, default=120.0, show_default=True,
@@ -106,7 +91,7 @@ def prepare(hosts_file: Path, timeout: float) -> None:
     from nestednet.hostd import service
 
     hostset = pl.load_hosts(hosts_file)
-    hellos = service.prepare(_manager(hostset), hostset, images.HOSTD_IMAGE, timeout)
+    hellos = service.prepare(service.manager_of(hostset), hostset, images.HOSTD_IMAGE, timeout)
     for name, hello in hellos.items():
         click.echo(f"{name}: helper answering ({service.service_name(hostset)}, "
                    f"{'TLS' if hostset.ssl else 'plain TCP'} on port "
@@ -127,5 +112,5 @@ def unprepare(hosts_file: Path, every: bool) -> None:
     from nestednet.hostd import service
 
     hostset = pl.load_hosts(hosts_file)
-    removed = service.remove(_manager(hostset), None if every else hostset)
+    removed = service.remove(service.manager_of(hostset), None if every else hostset)
     click.echo("removed: " + (", ".join(removed) if removed else "nothing"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from nestednet import images as image_builder
 from nestednet.console import out_console, print_json, progress
 
 
@@ -27,6 +26,9 @@ def images() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def build(base_image: str | None, force: bool, verbose: bool, as_json: bool) -> None:
     """Build the images; works with no registry. Cached: unchanged inputs are skipped."""
+    # Lazy: the docker SDK would add start-up time to every command.
+    from nestednet import images as image_builder
+
     results = image_builder.build_all(base_image=base_image, force=force, verbose=verbose,
                                       report=progress)
     if as_json:
@@ -41,6 +43,9 @@ def build(base_image: str | None, force: bool, verbose: bool, as_json: bool) -> 
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def list_(as_json: bool) -> None:
     """Show which NestedNet images are present, with size."""
+    # Lazy: the docker SDK would add start-up time to every command.
+    from nestednet import images as image_builder
+
     rows = image_builder.list_images()
     if as_json:
         print_json(rows)

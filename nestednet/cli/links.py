@@ -12,7 +12,6 @@ from nestednet.console import out_console, print_json
 from nestednet.errors import UsageError
 from nestednet.model.link_properties import LinkProperties, PropertyError, parse_properties
 from nestednet.model.shaping_policy import FULL, MODES
-from nestednet.model.topology import parse_endpoint
 
 DIRECTION_CHOICES = ("both", "a-to-b", "b-to-a")
 
@@ -63,15 +62,12 @@ def _given(rate: str | None, delay: str | None, jitter: str | None,
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _open(lab: str, mode: str, keep_order: bool = False):
-    """(the lab's links, its shaper, the shaping module) for one command."""
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import designs, shaping
-    from nestednet.lab.nodes import Lab
+def _open(lab: str):
+    """The lab, through the API, for one command."""
+    # Lazy: the API loads the lab runtime (docker, pyroute2): a slow start-up otherwise.
+    from nestednet.api.lab import Lab
 
-    opened = Lab.open(lab)
-    links = designs.of(opened.meta).links(opened.record)
-    return links, shaping.lab_shaper(opened.record, mode, keep_order, links), shaping
+    return Lab.open(lab)
 
 
 @link.command("add")
@@ -84,13 +80,10 @@ def add(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: s
     """Link endpoint A (NODE:IPHY) to endpoint B, shaped alike in both directions."""
     given = _given(rate, delay, jitter, loss)
     properties = _properties(given) if given else None
-    links, shaper, lib = _open(lab, shaping, keep_order)
-    ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
-    made = lib.add_link(links, shaper, *ends, properties)
-    info = links.describe(made)
+    made = _open(lab).link(a, b, **given, shaping_mode=shaping, keep_order=keep_order)
     shaped = f", {properties.describe()} each way" if properties is not None else ""
-    out_console.print(f"linked {info['a']} ({info['a_address']}) <-> {info['b']} "
-                      f"({info['b_address']}){shaped}")
+    out_console.print(f"linked {made.a} ({made.a_address}) <-> {made.b} "
+                      f"({made.b_address}){shaped}")
 
 
 @link.command("set")
@@ -110,9 +103,8 @@ def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: 
     if not given:
         raise UsageError("nothing to set", hint="give --rate, --delay, --jitter or --loss")
     _properties(given)
-    links, shaper, lib = _open(lab, shaping, keep_order)
-    ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
-    changed = lib.set_link(links, shaper, *ends, given, which)
+    changed = _open(lab).get_link(a, b).set(**given, direction=which, shaping_mode=shaping,
+                                            keep_order=keep_order)
     for d in changed:
         out_console.print(f"{d.name}: {d.properties.describe()}")
     if not changed:
@@ -125,10 +117,9 @@ def set_(lab: str, a: str, b: str, rate: str | None, delay: str | None, jitter: 
 @click.argument("b")
 def delete(lab: str, a: str, b: str) -> None:
     """Remove the link between A and B (flows first, then its shaping)."""
-    links, shaper, lib = _open(lab, FULL)
-    ends = parse_endpoint(a, links.plan.shape), parse_endpoint(b, links.plan.shape)
-    gone = lib.delete_link(links, shaper, *ends)
-    out_console.print(f"unlinked {gone[0]} <-> {gone[1]}")
+    gone = _open(lab).get_link(a, b)
+    gone.remove()
+    out_console.print(f"unlinked {gone.a} <-> {gone.b}")
 
 
 @link.command("list")
@@ -137,17 +128,9 @@ def delete(lab: str, a: str, b: str) -> None:
 def list_(lab: str, as_json: bool) -> None:
     """List the links on the main bridge: configured properties beside the kernel's, and
     which links a dead node broke."""
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import designs
-    from nestednet.lab.links import broken_because
-    from nestednet.lab.nodes import Lab
-
-    links, shaper, lib = _open(lab, FULL)
-    opened = Lab.open(lab)
-    dead = designs.of(opened.meta).dead_nodes(opened)
-    present = links.links()
-    rows = [{**row, "broken": broken_because(x, dead)}
-            for x, row in zip(present, lib.list_links(links, shaper), strict=True)]
+    opened = _open(lab)
+    rows = [link.as_dict() for link in opened.links()]
+    dead = opened.dead_nodes()
     if as_json:
         print_json(rows)
         return

@@ -1,4 +1,5 @@
-"""`nestednet create|status|exec|swap|delete|cleanup`: parse, call nestednet.lab, print."""
+"""`nestednet create|status|exec|swap|delete|cleanup`: parse, call the API (nestednet.api),
+print."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from nestednet.console import FiniteFloat, err_console, out_console, print_json
-from nestednet.errors import UsageError
 from nestednet.model.component_spec import (
     COMPONENT_CAPS,
     parse_component_caps,
@@ -97,34 +97,24 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
       nestednet create --nodes 5 --iphys 2 --routing babel --lab mh
       nestednet create -n 6 -m 2 --hosts hosts.json --place n1=hostA --lab mh
     """
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import create as lab_create
-    from nestednet.lab import designs
-    from nestednet.model.placement import load_hosts
+    # Lazy: the API loads the lab runtime (docker, pyroute2): a slow start-up otherwise.
+    from nestednet.api.lab import Lab
 
-    if hosts_file is None and (pins or not spread):
-        raise UsageError("--place and --pack need --hosts FILE")
-    if flat and hosts_file is not None:
-        raise UsageError("--flat and --hosts cannot be combined",
-                         hint="labs over several hosts are nested")
-    design = designs.named("flat" if flat else "swarm" if hosts_file else "nested")
-    request = lab_create.CreateRequest(lab=lab, nodes=nodes, iphys=iphys, cpus=cpus,
-                                       memory_mb=memory, design=design.kind,
-                                       routing=routing, component_caps=component_caps,
-                                       images=user_images,
-                                       jobs=jobs if jobs is not None else lab_create.DEFAULT_JOBS,
-                                       hosts=load_hosts(hosts_file) if hosts_file else None,
-                                       placement="spread" if spread else "packed",
-                                       pins=pins)
-    lab_create.validate(request)
+    plan = Lab.check(lab, nodes=nodes, iphys=iphys, routing=routing, flat=flat,
+                     hosts=hosts_file, images=dict(user_images), cpus=cpus, memory=memory,
+                     component_caps=component_caps, jobs=jobs,
+                     placement="spread" if spread else "packed", pins=pins)
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as bar:
-        tasks = {phase: bar.add_task(phase, total=nodes) for phase in design.phases}
-        meta = lab_create.create(request, lambda phase, node: bar.advance(tasks[phase]))
+        tasks = {phase: bar.add_task(phase, total=nodes) for phase in plan.phases}
+        made_lab = Lab.build(plan, keep=True,
+                             progress=lambda phase, node: bar.advance(tasks[phase]))
+    meta = made_lab.meta
+    made_lab.close()
     made = f"gnab + {iphys} iPHYs)" + (f" over {len(set(meta['placement'].values()))} hosts"
                                        if "placement" in meta else "")
-    out_console.print(f"{design.title}lab {lab}: {nodes} nodes x ({made} created in "
+    out_console.print(f"{plan.title}lab {lab}: {nodes} nodes x ({made} created in "
                       f"{meta['create_s']:.1f} s (datapath {meta['datapath']}, parents "
                       f"{meta['parent_security']}, routing {routing})")
     if timings:
@@ -139,11 +129,10 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def status(lab: str, as_json: bool) -> None:
     """Show a lab: nodes, components and their state, addresses, links, memory."""
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import status as lab_status
-    from nestednet.lab.nodes import Lab
+    # Lazy: the API loads the lab runtime (docker, pyroute2).
+    from nestednet.api.lab import Lab
 
-    data = lab_status.status(Lab.open(lab))
+    data = Lab.open(lab).status()
     if as_json:
         print_json(data)
         return
@@ -201,9 +190,8 @@ def exec_(lab: str, node: str, component: str, command: tuple[str, ...]) -> None
     Example:
       nestednet exec n1 iphy2 -- ip -br addr
     """
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import components
-    from nestednet.lab.nodes import Lab
+    # Lazy: the API loads the lab runtime (docker, pyroute2).
+    from nestednet.api.lab import Lab
 
     def write(stream):
         def _write(data: bytes) -> None:
@@ -211,9 +199,9 @@ def exec_(lab: str, node: str, component: str, command: tuple[str, ...]) -> None
             stream.flush()
         return _write
 
-    code = components.exec_in(Lab.open(lab), node, component, list(command),
-                              write(sys.stdout), write(sys.stderr))
-    sys.exit(code)
+    target = Lab.open(lab).node(node).component(component)
+    result = target.exec(list(command), stdout=write(sys.stdout), stderr=write(sys.stderr))
+    sys.exit(result.exit_code)
 
 
 @click.command()
@@ -233,11 +221,10 @@ def swap(lab: str, node: str, component: str, path: Path, restart: bool,
     `nestednet/agent` package in it replaces the GNAB agent. With --restart the
     component is restarted and re-wired with its old addresses; links stay.
     """
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import components
-    from nestednet.lab.nodes import Lab
+    # Lazy: the API loads the lab runtime (docker, pyroute2).
+    from nestednet.api.lab import Lab
 
-    result = components.swap(Lab.open(lab), node, component, path, restart=restart)
+    result = Lab.open(lab).node(node).component(component).swap(path, restart=restart)
     if as_json:
         print_json(result)
     else:
@@ -250,14 +237,14 @@ def swap(lab: str, node: str, component: str, path: Path, restart: bool,
 @LAB_OPTION
 def delete(lab: str) -> None:
     """Remove everything the lab created (containers, veths, bridges, netns, files)."""
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import record, teardown
+    # Lazy: the API loads the lab runtime (docker, pyroute2).
+    from nestednet.api.lab import delete as delete_lab
 
-    if not record.LabRecord(lab).exists():
+    removed = delete_lab(lab)
+    if removed is None:
         out_console.print(f"no lab {lab}: nothing to delete")
         return
-    removed = teardown.delete_lab(record.LabRecord(lab))
-    out_console.print(f"lab {lab} deleted ({len(removed.items)} resources)")
+    out_console.print(f"lab {lab} deleted ({removed} resources)")
 
 
 @click.command()
@@ -270,10 +257,10 @@ def cleanup(dry_run: bool, as_json: bool) -> None:
     and namespaces carrying NestedNet marks but no lab record. Complete labs are
     kept (remove them with `nestednet delete`); nothing without our marks is touched.
     """
-    # Lazy: the lab runtime (docker, pyroute2) would slow every command's start-up.
-    from nestednet.lab import teardown
+    # Lazy: the API loads the lab runtime (docker, pyroute2).
+    from nestednet.api.lab import cleanup as lab_cleanup
 
-    result = teardown.cleanup(dry_run=dry_run)
+    result = lab_cleanup(dry_run=dry_run)
     if as_json:
         print_json({"dry_run": dry_run, "removed": result.items, "kept": result.kept})
         return

@@ -1,4 +1,5 @@
-"""`nestednet run`: play a scenario on a lab with the communication assistant."""
+"""`nestednet run`: play a scenario on a lab with the communication assistant, through the
+API's `Run` (nestednet.api.run): parse, call, print."""
 
 from __future__ import annotations
 
@@ -9,40 +10,31 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 import click
 from rich.live import Live as RichLive
 from rich.text import Text
 
-from nestednet.ca.runner import RunRequest
+from nestednet.api.run import RUNS_DIR, Run, RunRequest
 from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
 from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
 from nestednet.errors import ExitStatus
-from nestednet.lab import runs
 from nestednet.model.link_properties import describe_link_steps
+from nestednet.model.run_report import (
+    describe_actions,
+    describe_fidelity,
+    describe_host_flows,
+    describe_negotiation,
+    describe_routes,
+)
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS
 from nestednet.model.scenario_file import DEFAULT_IPHYS
 from nestednet.model.shaping_policy import FULL, MODES
 from nestednet.model.step_figures import StepFigures, StepTally
 
 if TYPE_CHECKING:
-    from nestednet.ca import runner, session
-
-
-def _session() -> ModuleType:
-    # Lazy: the CA runtime loads docker (a second of start-up for every command).
     from nestednet.ca import session
-
-    return session
-
-
-def _runner() -> ModuleType:
-    # Lazy for the same reason: nestednet.ca.runner's Run plays through the CA runtime.
-    from nestednet.ca import runner
-
-    return runner
 
 
 def register(group: click.Group) -> None:
@@ -59,7 +51,7 @@ def register(group: click.Group) -> None:
               help="Stop at scenario time T instead of the scenario's end.")
 @click.option("--events", type=click.Path(dir_okay=False, path_type=Path),
               help="Event log (JSON lines); default events.jsonl in a new directory "
-                   f"{runs.RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
+                   f"{RUNS_DIR}/<lab>-<timestamp>/, which outlives the lab (--rm).")
 @click.option("--rm", "remove_lab", is_flag=True,
               help="Delete the lab when the run ends (the results are kept).")
 @click.option("--iphys", type=click.IntRange(min=1, max=MAX_IPHYS), default=None,
@@ -140,16 +132,16 @@ def execute(request: RunRequest, as_json: bool) -> None:
 
     `run` and `demo` both end here, each with its own typed request.
     """
-    active = _runner().Run(request, notify=progress)
+    active = Run(request, progress=progress)
     with active:
         interrupted = _play(active)
     summary = active.summary()
-    _print_summary(summary, active.options, as_json)
+    _print_summary(summary, request.plot_dir, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-def _play(active: runner.Run) -> bool:
+def _play(active: Run) -> bool:
     """Show each step of a started run as it ends; True if Ctrl-C stopped it."""
     live, tally = active.live, StepTally()
     with (_ctrl_c_sets(active.stop) as interrupted,
@@ -216,11 +208,10 @@ def _print_steps(done: list[StepFigures], live: session.Live) -> None:
             f"{fig.links_down}; links up {fig.links_after}", soft_wrap=True, highlight=False)
 
 
-def _print_summary(summary: session.RunSummary, options: session.RunOptions,
-                   as_json: bool) -> None:
+def _print_summary(summary: session.RunSummary, plot_dir: Path | None, as_json: bool) -> None:
     if as_json:
         print_json({**dataclasses.asdict(summary),
-                    "plots": str(options.plot_dir) if options.plot_dir else None})
+                    "plots": str(plot_dir) if plot_dir else None})
         return
     state = "interrupted" if summary.interrupted else "finished"
     out_console.print(
@@ -228,7 +219,7 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
         f"{summary.scenario_time:.1f} s; links made {summary.links_up}, refused "
         f"{summary.links_failed}, taken down {summary.links_down}, requests "
         f"{summary.requests}", highlight=False, soft_wrap=True)
-    out_console.print(_session().describe_negotiation(summary.negotiation), highlight=False,
+    out_console.print(describe_negotiation(summary.negotiation), highlight=False,
                       soft_wrap=True)
     if summary.shaping:
         left_out = summary.shaping["dropped"]
@@ -237,19 +228,19 @@ def _print_summary(summary: session.RunSummary, options: session.RunOptions,
                           highlight=False)
         for line in describe_link_steps(summary.link_properties):
             out_console.print(line, highlight=False, soft_wrap=True)
-    if (hosts_line := _session().describe_host_flows(summary.host_flows)) is not None:
+    if (hosts_line := describe_host_flows(summary.host_flows)) is not None:
         out_console.print(hosts_line, highlight=False, soft_wrap=True)
-    out_console.print(_session().describe_routes(summary.routing, summary.routes),
+    out_console.print(describe_routes(summary.routing, summary.routes),
                       highlight=False, soft_wrap=True)
     if summary.fidelity:
-        out_console.print(_session().describe_fidelity(summary.fidelity), highlight=False,
+        out_console.print(describe_fidelity(summary.fidelity), highlight=False,
                           soft_wrap=True)
     if summary.actions:
-        out_console.print(_session().describe_actions(summary.actions), highlight=False,
+        out_console.print(describe_actions(summary.actions), highlight=False,
                           soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:
         out_console.print(f"lab {summary.lab} kept: `nestednet delete --lab {summary.lab}`")
-    pictures = f"; pictures in {options.plot_dir}" if options.plot_dir else ""
+    pictures = f"; pictures in {plot_dir}" if plot_dir else ""
     out_console.print(f"events in {summary.events}{pictures}", highlight=False, soft_wrap=True)

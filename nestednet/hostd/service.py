@@ -26,13 +26,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
 
 import docker
 import docker.errors
 import docker.types
 
 from nestednet import LABEL_PREFIX
-from nestednet.errors import EnvironmentProblem
+from nestednet.adapters import docker_engine
+from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd.client import HelperClient, wait_answering
 from nestednet.model.placement import HostSet
 
@@ -153,3 +157,24 @@ def remove(manager: docker.DockerClient, hosts: HostSet | None = None) -> list[s
             service.remove()
             removed.append(service.name)
     return removed
+
+
+def swarm_manager(handles: Mapping[str, Any]) -> docker.DockerClient:
+    """The engine of a host that manages the swarm (services are created there); each
+    handle has an ``engine`` (a Docker client of that host)."""
+    for handle in handles.values():
+        if handle.engine.info().get("Swarm", {}).get("ControlAvailable"):
+            return handle.engine
+    raise EnvironmentProblem(f"none of the hosts {', '.join(handles)} is a swarm manager",
+                             hint="`docker swarm init` on one of them, `docker swarm join` "
+                                  "on the others")
+
+
+def manager_of(hostset: HostSet) -> docker.DockerClient:
+    """The swarm manager's engine among the hosts of a hosts file (each at its `engine`
+    URL): where `nestednet hosts prepare|unprepare` create and remove the helper."""
+    missing = [h.name for h in hostset.hosts if h.engine is None]
+    if missing:
+        raise UsageError(f"hosts {', '.join(missing)}: the hosts file gives no `engine` URL")
+    return swarm_manager({h.name: SimpleNamespace(engine=docker_engine.client_for(h.engine))
+                          for h in hostset.hosts})

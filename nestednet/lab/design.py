@@ -201,9 +201,10 @@ class NodeDesign(abc.ABC):
     def close(self) -> None:  # noqa: B027 (optional step, none by default)
         """After a create, failed or not: release what ``prepare`` held."""
 
-    def links(self, record: LabRecord) -> LabLinks:
-        """The lab's links (flows on the main bridge; the design says where that is)."""
-        return LabLinks.of(record)
+    def links(self, record: LabRecord, meta: dict | None = None) -> LabLinks:
+        """The lab's links (flows on the main bridge; the design says where that is);
+        ``meta``: the lab.json the caller read (read again when not given)."""
+        return LabLinks.of(record, meta)
 
     def dead_nodes(self, lab: Lab) -> set[int]:
         """Nodes whose parent is not running (killed, stopped or gone)."""

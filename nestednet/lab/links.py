@@ -36,8 +36,10 @@ class LabLinks:
     """Where the lab's record (and lock) live."""
 
     @classmethod
-    def of(cls, record: LabRecord) -> LabLinks:
-        meta = record.meta()
+    def of(cls, record: LabRecord, meta: dict | None = None) -> LabLinks:
+        """The links of the lab ``record`` describes; ``meta``: its lab.json as the
+        caller already read it (read here when not given)."""
+        meta = record.meta() if meta is None else meta
         shape = topo.Shape(meta["nodes"], meta["iphys"])
         return cls(record.lab, meta["main_bridge"], plan_from_dict(shape, meta["plan"]),
                    record.path.parent)

@@ -379,16 +379,6 @@ def close_all(handles: Iterable[HostHandle]) -> None:
         handle.close()
 
 
-def swarm_manager(handles: Mapping[str, HostHandle]) -> docker.DockerClient:
-    """The engine of a host that manages the swarm (services are created there)."""
-    for handle in handles.values():
-        if handle.engine.info().get("Swarm", {}).get("ControlAvailable"):
-            return handle.engine
-    raise EnvironmentProblem(f"none of the hosts {', '.join(handles)} is a swarm manager",
-                             hint="`docker swarm init` on one of them, `docker swarm join` "
-                                  "on the others")
-
-
 # --- links of a multi-host lab ------------------------------------------------------------
 
 
@@ -512,7 +502,7 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
         # parents' anonymous volumes (the inner engines' data).
         volumes = {name: _volumes(lab, host) for name, host in reachable.items()}
         if services and reachable:
-            manager = swarm_manager(reachable)
+            manager = hostd_service.swarm_manager(reachable)
             for service in manager.services.list(filters={"label": f"{LAB_ID}={lab}"}):
                 if service.name in services:
                     if not dry_run:

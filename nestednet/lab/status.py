@@ -15,7 +15,7 @@ def status(lab: Lab) -> dict:
     nodes = [{**design.node_status(lab, number, plan),
               "node_address": str(plan.node_address(number).ip)}
              for number in lab.shape.node_numbers()]
-    links = design.links(lab.record)
+    links = design.links(lab.record, meta)
     extra = ({"hosts": meta["hosts"]["hosts"], "placement": meta["placement"]}
              if "placement" in meta else {})
     return {

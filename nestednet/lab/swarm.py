@@ -43,6 +43,7 @@ from nestednet.adapters import docker_engine
 from nestednet.datapath import VethOffloads
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import client as hostd
+from nestednet.hostd import service as hostd_service
 from nestednet.lab import multihost as mh
 from nestednet.lab.design import (
     Build,
@@ -136,7 +137,7 @@ class SwarmDesign(NodeDesign):
         placement = placement_of(request, build.shape)
         self.dp = DataPlane.of(request.lab, build.plan, request.hosts, placement)
         self.hosts = mh.connect_all(request.hosts, sorted(set(placement.values())))
-        self.manager = mh.swarm_manager(self.hosts)
+        self.manager = hostd_service.swarm_manager(self.hosts)
         for name, host in self.hosts.items():
             if not docker_engine.image_exists(host.engine, images.DIND_IMAGE):
                 raise EnvironmentProblem(f"host {name} has no image {images.DIND_IMAGE}",
@@ -335,8 +336,8 @@ class SwarmDesign(NodeDesign):
         return [hostd.RouteStream(self.hosts[name].helper, pids)
                 for name, pids in sorted(by_host.items())]
 
-    def links(self, record: LabRecord) -> mh.HostLinks:
-        meta = record.meta()
+    def links(self, record: LabRecord, meta: dict | None = None) -> mh.HostLinks:
+        meta = record.meta() if meta is None else meta
         hosts = self._open(meta)
         assert self.dp is not None
         return mh.HostLinks(record.lab, meta["main_bridge"], self.dp.plan, record.path.parent,

@@ -151,8 +151,8 @@ def _crashed_runs(client: docker.DockerClient, ovs: Ovsdb, dry_run: bool,
                     sub = delete_lab(record, client=client, ovs=ovs, dry_run=dry_run)
                     result.items.extend(f"{item} (lab {marker.lab}, run --rm killed)"
                                         for item in sub.items)
-                elif record.meta().get("status") == "complete":
-                    links = designs.of(record.meta()).links(record)
+                elif (meta := record.meta()).get("status") == "complete":
+                    links = designs.of(meta).links(record, meta)
                     found = links.links()
                     if found and not dry_run:
                         links.clear()

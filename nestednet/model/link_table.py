@@ -203,6 +203,30 @@ class InterNodeLinks:
                 self._remove(link)
             return sorted(lost, key=lambda link: link.pair)
 
+    def adopt(self, links: Iterable[Link]) -> list[str]:
+        """Take links that already exist (a resumed run finds them as flows) into an empty
+        table, their pairs made visible; the reasons any was refused, in words (nothing is
+        taken then). The next set_visibility() drops those no longer visible."""
+        links = list(links)
+        with self.lock:
+            if self._links:
+                return ["the table already holds links"]
+            trial = InterNodeLinks({n: i for n, i in self._iphys.items()},
+                                   [*self._visible, *(lk.pair for lk in links)])
+            refused = []
+            for link in links:
+                if link.src == link.dst or link.pair in trial._links:
+                    refused.append(f"link {link.src}-{link.dst} twice or to itself")
+                    continue
+                trial._add(link)
+            refused += trial.violations()
+            if refused:
+                return refused
+            self._visible = trial._visible
+            for link in links:
+                self._add(link)
+            return []
+
     def remove_link(self, a: str, b: str) -> Link | None:
         """Drop the link between a and b, if any (e.g. its flows could not be installed)."""
         with self.lock:

@@ -217,7 +217,7 @@ def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> 
     ssl_hostset = replace(hostset, ssl=control.tls, hosts=tuple(
         replace(h, ovsdb=control.ovsdb(h.address, secure=True)) for h in hostset.hosts))
     t0 = time.monotonic()
-    manager = mh.swarm_manager({n: SimpleNamespace(engine=docker.DockerClient(
+    manager = service.swarm_manager({n: SimpleNamespace(engine=docker.DockerClient(
         base_url=h.engine, timeout=300)) for n, h in zip(names, hostset.hosts, strict=True)})
     for each, file in ((hostset, "hosts.json"), (ssl_hostset, "hosts-ssl.json")):
         # The user's command, as on real hosts.

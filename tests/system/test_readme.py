@@ -19,67 +19,11 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-MARKER = re.compile(r"<!--\s*readme-test:\s*(.+?)\s*-->")
-
-
-@dataclass(frozen=True)
-class Command:
-    line: int
-    """1-based line of the README where the command starts."""
-    text: str
-
-
-@dataclass(frozen=True)
-class Block:
-    line: int
-    mode: str
-    commands: tuple[Command, ...]
-
-
-def blocks(text: str) -> list[Block]:
-    """Every ```sh block with the marker before it (mode "" when there is none)."""
-    lines = text.splitlines()
-    found, i = [], 0
-    while i < len(lines):
-        if lines[i].strip() != "```sh":
-            i += 1
-            continue
-        above = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
-        marker = MARKER.fullmatch(above.strip())
-        start, i = i, i + 1
-        body: list[tuple[int, str]] = []
-        while i < len(lines) and lines[i].strip() != "```":
-            body.append((i + 1, lines[i]))
-            i += 1
-        found.append(Block(start + 1, marker.group(1) if marker else "", _commands(body)))
-        i += 1
-    return found
-
-
-def _commands(body: list[tuple[int, str]]) -> tuple[Command, ...]:
-    """Command lines without comments; an indented line continues the one before."""
-    out: list[Command] = []
-    for number, raw in body:
-        text = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
-        if not text.strip():
-            continue
-        if raw[:1].isspace() and out:
-            out[-1] = Command(out[-1].line, f"{out[-1].text} {text.strip()}")
-        else:
-            out.append(Command(number, text.strip()))
-    return tuple(out)
-
-
-def _readme_blocks() -> list[Block]:
-    return blocks(README.read_text(encoding="utf-8"))
+from readme_blocks import ROOT, Block, Command, blocks, readme_blocks
 
 
 @pytest.mark.unit
@@ -93,9 +37,9 @@ def test_the_parser_reads_markers_comments_and_continuations():
 
 @pytest.mark.unit
 def test_every_block_says_how_it_is_checked():
-    unmarked = [block.line for block in _readme_blocks() if not block.mode]
+    unmarked = [block.line for block in readme_blocks() if not block.mode]
     assert not unmarked, f"README.md ```sh blocks without a readme-test marker: {unmarked}"
-    modes = {block.mode for block in _readme_blocks()}
+    modes = {block.mode for block in readme_blocks()}
     assert "run" in modes and "synopsis" in modes
 
 
@@ -129,7 +73,7 @@ def _options(command: click.Command) -> set[str]:
 def test_every_command_and_option_in_a_synopsis_exists():
     groups = _groups()
     wrong, checked = [], 0
-    for block in _readme_blocks():
+    for block in readme_blocks():
         if block.mode != "synopsis":
             continue
         for command in block.commands:
@@ -160,7 +104,7 @@ def _labs_named(block: Block) -> set[str]:
 def test_every_line_of_the_run_blocks_runs_as_written():
     from labs import forget
 
-    runnable = [block for block in _readme_blocks() if block.mode == "run"]
+    runnable = [block for block in readme_blocks() if block.mode == "run"]
     assert runnable, "README.md has no block marked run"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     for block in runnable:

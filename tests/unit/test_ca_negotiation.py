@@ -26,7 +26,7 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
-from nestednet.ca.session import describe_negotiation, prompt_thread_switches
+from nestednet.ca.session import prompt_thread_switches
 from nestednet.model.events import (
     LATENCY_PHASES,
     Event,
@@ -36,6 +36,7 @@ from nestednet.model.events import (
     read_events,
 )
 from nestednet.model.link_table import InterNodeLinks
+from nestednet.model.run_report import describe_negotiation
 
 pytestmark = pytest.mark.unit
 
@@ -314,6 +315,37 @@ def test_player_reports_each_step_and_pictures_are_written(tmp_path):
     pngs = sorted((tmp_path / "plots").glob("step-*.png"))
     assert [p.name for p in pngs] == [f"step-{i:03d}.png" for i in range(1, 4)]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_a_resumed_player_starts_at_the_step_in_effect_and_never_plays_earlier_ones():
+    """small-4x2 has steps at 0, 10 and 20 s: from 12 s, step 1 is applied at once, then
+    step 2; step 0 never is."""
+    from pathlib import Path
+
+    from nestednet.ca.player import Player
+    from nestednet.model.scenario_file import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
+    assert [s.time for s in scenario.steps] == [0, 10, 20]
+    table = InterNodeLinks(scenario.iphy_inventory())
+    server = ControlServer(listen("127.0.0.1", 0))
+    events = EventLog(None)
+    ca = CommunicationAssistant(server, table, RecordingInstaller(),
+                                node_ids={n.name: n.node_id for n in scenario.nodes},
+                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
+                                events=events)
+    server.start(ca)
+    done: list[int] = []
+    try:
+        player = Player(scenario, server, ca, speed=100)
+        assert [player.step_at(t) for t in (0, 9.9, 10, 12, 25)] == [0, 0, 1, 1, 2]
+        result = player.play(threading.Event(), on_step_done=done.append, start_at=12.0)
+    finally:
+        server.stop()
+    assert result.steps_played == 2 and not result.interrupted
+    assert result.scenario_time == scenario.duration
+    assert done == [1, 2]
+    assert [e.step for e in events.records if e.event == "step"] == [1, 2]
 
 
 # --- the protocol without a network: ordering, STEP, epochs, the summary ----------------
@@ -967,3 +999,38 @@ def test_the_cas_id_keeps_what_the_poll_found_and_drops_iphys_it_does_not_name()
     out = _sent(agent.handle({"type": p.STEP, "step": 0, "time": 0.0,
                               "peers": ["b", "c", "d"], "links": []}))
     assert {m["src_iphy"] for m in out} <= {"iphy1", "iphy3"}
+
+
+def test_an_events_file_the_disk_refuses_keeps_whole_lines_and_says_so_once(tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk (no root needed): the kernel writes up to
+    the limit, then refuses (EFBIG). The file must end on its last whole line."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "events.jsonl"
+    script = f"""
+import json, resource, signal
+from pathlib import Path
+from nestednet.ca.assistant import EventLog
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+told = []
+log = EventLog(Path({str(path)!r}), on_failure=told.append)
+for k in range(40):
+    log.write("step", scenario_time=float(k), step=k, nodes=["a", "b"], visible=[("a", "b")])
+log.close()
+print(json.dumps({{"told": [e.errno for e in told], "records": len(log.records),
+                  "failure": log.failure.errno if log.failure else None}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    import errno
+
+    assert report["told"] == [errno.EFBIG] and report["failure"] == errno.EFBIG
+    assert report["records"] == 40
+    data = path.read_bytes()
+    assert 0 < len(data) <= 1000 and data.endswith(b"\n")
+    lines = [json.loads(line) for line in data.decode().splitlines()]
+    assert [r["step"] for r in lines] == list(range(len(lines))) and len(lines) < 40

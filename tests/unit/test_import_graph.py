@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,12 +28,27 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
+def _type_only(tree: ast.AST) -> set[ast.AST]:
+    """Import statements under ``if TYPE_CHECKING:``: read by type checkers, never run."""
+    found: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                    "typing.TYPE_CHECKING"):
+            found.update(inner for stmt in node.body for inner in ast.walk(stmt)
+                         if isinstance(inner, ast.Import | ast.ImportFrom))
+    return found
+
+
 def _imports(name: str, path: Path) -> set[str]:
-    """Every module ``name`` imports, anywhere in its body, as dotted names."""
+    """Every module ``name`` imports, anywhere in its body, as dotted names (imports only
+    a type checker reads, under ``if TYPE_CHECKING:``, are left out)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    type_only = _type_only(tree)
     for node in ast.walk(tree):
+        if node in type_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -182,3 +198,38 @@ def test_readme_layout_table_names_every_part_of_the_tree() -> None:
                if f"`nestednet/{p.name}/`" not in table and f"`{p.name}`" not in table
                and f"`{p.name}/`" not in table]
     assert not missing, f"README's layout table lacks {missing}"
+
+
+CLI_FORBIDDEN = ("docker", "ovs", "ovsdbapp", "pyroute2", "os_ken", "eventlet",
+                 "nestednet.adapters", "nestednet.lab", "nestednet.ca")
+"""What the command line must not import, anywhere in a module: the engine, OVS and
+netlink libraries and our adapters over them, and the lab and CA runtimes, which it
+reaches through the Python API (nestednet.api). Type-only imports are left out."""
+
+
+def test_the_command_line_reaches_labs_only_through_the_api() -> None:
+    bad = []
+    for name, path in _modules().items():
+        if not name.startswith("nestednet.cli"):
+            continue
+        for target in _imports(name, path):
+            if any(target == f or target.startswith(f + ".") for f in CLI_FORBIDDEN):
+                bad.append(f"{name} imports {target}")
+    assert not bad, bad
+
+
+def test_the_command_line_starts_without_docker_ovs_or_netlink() -> None:
+    """Start-up cost: importing the command line (what every `nestednet` run does before
+    parsing) loads none of the heavy runtime libraries."""
+    code = ("import sys, nestednet.cli\n"
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True, cwd=ROOT).stdout.split())
+    assert not loaded & {"docker", "ovs", "ovsdbapp", "pyroute2", "os_ken", "eventlet"}
+
+
+def test_the_cli_check_sees_a_forbidden_import(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text("def f():\n    from nestednet.lab import nodes\n    import docker.errors\n")
+    found = _imports("nestednet.cli.probe", path)
+    assert {"nestednet.lab.nodes", "docker.errors"} <= found

@@ -559,3 +559,24 @@ def test_settling_random_timelines(data):
     table, _, violations = agent_sim.run(scenario)
     assert violations == [[] for _ in steps]
     assert independent_invariant_breaches(table) == []
+
+
+@pytest.mark.unit
+def test_a_resumed_run_adopts_the_links_it_finds_and_refuses_an_impossible_set():
+    from nestednet.model.link_table import Link
+
+    table = InterNodeLinks({"a": [1, 2], "b": [1], "c": [1]}, [("a", "c")])
+    found = [Link("a", 1, "b", 1), Link("c", 1, "a", 2)]
+    assert table.adopt(found) == []
+    assert [(lk.src, lk.dst) for lk in table.links()] == [("a", "b"), ("c", "a")]
+    assert table.free_iphys("a") == [] and table.violations() == []
+    assert table.visible == {("a", "b"), ("a", "c")}
+    assert [lk.pair for lk in table.set_visibility([("a", "c")])] == [("a", "b")]
+    assert table.free_iphys("b") == [1]
+
+    fresh = InterNodeLinks({"a": [1, 2], "b": [1], "c": [1]})
+    refused = fresh.adopt([Link("a", 1, "b", 1), Link("a", 1, "c", 1)])
+    assert any("iPHY 1 in two links" in r or "not marked busy" in r for r in refused)
+    assert fresh.links() == [] and fresh.visible == frozenset()
+    assert fresh.adopt([Link("a", 3, "b", 1)]) != []
+    assert table.adopt([]) == ["the table already holds links"]
