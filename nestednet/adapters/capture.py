@@ -4,6 +4,7 @@ PcapNgWriter): one interface description block per port, named as the caller say
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,6 +17,7 @@ class Capture:
     def __init__(self, interfaces: Mapping[str, str], path: Path,
                  comment: Callable[[float], str | None] = lambda t: None) -> None:
         # Lazy: scapy takes a second to import; only captures need it.
+        logging.getLogger("scapy").setLevel(logging.ERROR)  # its warnings would be ours
         from scapy.sendrecv import AsyncSniffer
         from scapy.utils import PcapNgWriter
 

@@ -177,24 +177,24 @@ class ActionPlayer:
 
     # --- cuts ------------------------------------------------------------------------
 
-    def _reapply(self) -> int:
+    def _reapply(self, scenario_time: float) -> int:
         """The current step's visibility, filtered by the cuts, to the CA; links left."""
         ca = self.session.ca
         step = ca.progress.step
         if step < 0:
             return 0
         pairs = sorted(self.visible(self.scenario.steps[step].visible))
-        self.session.server.call(lambda: ca.override_visibility(pairs), 30)
+        self.session.server.call(lambda: ca.override_visibility(pairs, scenario_time), 30)
         return len(pairs)
 
-    def _cut(self, cue: Cue, action: Action, _t: float) -> dict:
+    def _cut(self, cue: Cue, action: Action, t: float) -> dict:
         assert cue.cut is not None
         self.cuts[cue.key] = cue.cut
-        return {"visible_after": self._reapply()}
+        return {"visible_after": self._reapply(t)}
 
-    def _uncut(self, cue: Cue, action: Action, _t: float) -> dict:
+    def _uncut(self, cue: Cue, action: Action, t: float) -> dict:
         self.cuts.pop(cue.key, None)
-        return {"visible_after": self._reapply()}
+        return {"visible_after": self._reapply(t)}
 
     # --- crash and restart -------------------------------------------------------------
 

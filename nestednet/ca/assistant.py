@@ -596,10 +596,13 @@ class CommunicationAssistant:
                     visible=sorted(tuple(sorted(pair)) for pair in seen))
         self._set_visible(step, seen, now)
 
-    def override_visibility(self, visible_pairs: Iterable[tuple[str, str]]) -> None:
-        """Between steps (a scenario action's cut begins or ends): the current step's
-        links follow ``visible_pairs`` instead, without a new step."""
+    def override_visibility(self, visible_pairs: Iterable[tuple[str, str]],
+                            scenario_time: float) -> None:
+        """Between steps (a scenario action's cut begins or ends, at ``scenario_time``):
+        the current step's links follow ``visible_pairs`` instead, without a new step;
+        the events from here on carry that time."""
         self._flows.wait()
+        self.progress.scenario_time = scenario_time
         self._set_visible(self.progress.step, {frozenset(p) for p in visible_pairs},
                           time.monotonic())
 

@@ -47,6 +47,7 @@ from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
     FIDELITY,
     HOST_FLOWS,
+    PLAY,
     ROUTE,
     host_flows_fields,
     host_flows_summary,
@@ -403,6 +404,14 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
         yield
 
 
+def _clock_started(ca_session: CaSession, clock: runs.ScenarioClock, t0_wall: float,
+                   speed: float, events_path: Path) -> None:
+    """Scenario time 0 is ``t0_wall``: a `play` event says so (a report places events by
+    their wall time with it) and captures beside the run read it from the clock file."""
+    ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed)
+    clock.start(t0_wall, speed, events_path)
+
+
 def _actions(scenario: Scenario, ca_session: CaSession, events_path: Path,
              speed: float) -> ActionPlayer | None:
     """The scenario's actions, played beside the steps (None: it has none)."""
@@ -458,7 +467,8 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
 
                     result: PlayResult = player.play(
                         stop, on_tick=tick, on_step_done=step_done,
-                        on_start=lambda wall: clock.start(wall, options.speed, events_path))
+                        on_start=lambda wall: _clock_started(ca_session, clock, wall,
+                                                             options.speed, events_path))
                 finally:
                     clock.stop()
             summary.steps_played = result.steps_played

@@ -38,6 +38,10 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   how far apart the hosts changed. The ``link_up``/``link_down`` events of that batch
   follow it (adds) or precede it (removes).
 
+- ``play``: the scenario clock started: ``t0_wall`` (Unix seconds of scenario time 0)
+  and ``speed``; an event's scenario time is then (wall_time - t0_wall) x speed, which
+  the CA's own events (stamped with the time of the step or action cue they follow)
+  only approximate.
 - ``action``: a scenario action's cue was played (nestednet.model.actions). ``action``:
   its kind, ``op`` (cut, uncut, crash, restart, degrade, undegrade, start, stop),
   ``index`` in the scenario's ``actions``; per op ``visible_after`` (pairs left visible),
@@ -83,8 +87,9 @@ ACTION = "action"
 PING = "ping"
 IPERF = "iperf"
 FIDELITY = "fidelity"
+PLAY = "play"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
-         HOST_FLOWS, ACTION, PING, IPERF, FIDELITY)
+         HOST_FLOWS, ACTION, PING, IPERF, FIDELITY, PLAY)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}

@@ -41,9 +41,26 @@ def steps(events: Sequence[Event]) -> list[tuple[int, float, int]]:
             for i, e in enumerate(ev for ev in events if ev.event == "step")]
 
 
+def clock(events: Sequence[Event]) -> tuple[float, float] | None:
+    """(t0_wall, speed) from the run's `play` event, or None (an older run)."""
+    for e in events:
+        if e.event == "play" and "t0_wall" in e.extra:
+            return float(e.extra["t0_wall"]), float(e.extra.get("speed", 1.0))
+    return None
+
+
+def when(e: Event, run_clock: tuple[float, float] | None) -> float:
+    """An event's scenario time from its wall time where the run's clock is known (the
+    CA stamps its events with the time of the step or cue they follow)."""
+    if run_clock is None or e.wall_time is None:
+        return e.scenario_time
+    return round((e.wall_time - run_clock[0]) * run_clock[1], 6)
+
+
 def link_counts(events: Sequence[Event]) -> list[tuple[float, int]]:
     """Links up after each link_up / link_down, starting from (0, 0)."""
     count, out = 0, [(0.0, 0)]
+    run_clock = clock(events)
     for e in events:
         if e.event == "link_up":
             count += 1
@@ -51,8 +68,8 @@ def link_counts(events: Sequence[Event]) -> list[tuple[float, int]]:
             count -= 1
         else:
             continue
-        out.append((e.scenario_time, count))
-    return out
+        out.append((when(e, run_clock), count))
+    return sorted(out)
 
 
 def fault_spans(events: Sequence[Event], end: float) -> list[Span]:
@@ -79,9 +96,10 @@ def fault_spans(events: Sequence[Event], end: float) -> list[Span]:
 def route_changes(events: Sequence[Event], bin_s: float = 1.0) -> list[tuple[float, int]]:
     """Route events per ``bin_s`` seconds (bin start, count), empty bins left out."""
     bins: dict[int, int] = {}
+    run_clock = clock(events)
     for e in events:
         if e.event == "route":
-            k = int(e.scenario_time // bin_s)
+            k = int(when(e, run_clock) // bin_s)
             bins[k] = bins.get(k, 0) + 1
     return [(k * bin_s, n) for k, n in sorted(bins.items())]
 

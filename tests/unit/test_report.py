@@ -86,3 +86,17 @@ def test_report_refuses_a_directory_without_events_and_a_bad_suffix(tmp_path, ru
     assert result.exit_code == 2 and "no events.jsonl here" in result.output
     result = CliRunner().invoke(main, ["report", str(run_dir), "-o", "x.pdf"])
     assert result.exit_code == 2 and "the report is .md or .html" in result.output
+
+
+def test_the_play_clock_places_ca_events_by_their_wall_time(tmp_path):
+    # The CA stamps a link_down with its step's time (0); it happened at wall 1010.5,
+    # 10.5 s after scenario time 0 (wall 1000) at speed 1 -> 10.5; at speed 2 -> 21.
+    lines = [line("play", 0, t0_wall=1000.0, speed=2.0),
+             json.dumps({"event": "link_down", "scenario_time": 0, "wall_time": 1010.5,
+                         "nodes": ["a", "b"], "iphys": [1, 1]}),
+             json.dumps({"event": "route", "scenario_time": 0, "wall_time": 1001.2,
+                         "nodes": ["a"], "op": "del", "dst": "x", "via": None})]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    events = read_events(tmp_path / "events.jsonl")
+    assert series.link_counts(events) == [(0.0, 0), (21.0, -1)]
+    assert series.route_changes(events) == [(2.0, 1)]
