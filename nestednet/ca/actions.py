@@ -60,6 +60,8 @@ _PING_LOST = re.compile(r"^\[(\d+\.\d+)\] (?:no answer yet for|From .*) icmp_seq
 _IPERF_LINE = re.compile(r"^\[\s*\d+\]\s+([\d.]+)-([\d.]+)\s+sec\s+[\d.]+ \w?Bytes\s+"
                          r"([\d.]+) (\w?)bits/sec(.*)$")
 _UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+IPERF_GRACE_S = 1.0
+"""How long an iperf's stop cue lets it finish before killing it."""
 
 
 class Job:
@@ -260,6 +262,9 @@ class ActionPlayer:
             running = self.captures.pop(action.index)
             return {"packets": running.stop(), "file": str(running.path)}
         jobs = self.jobs.pop(action.index, [])
+        if action.kind == "iperf":
+            for job in jobs:  # started 0.3 s late and given its whole duration
+                job.thread.join(IPERF_GRACE_S)
         for job in reversed(jobs):
             job.stop()
         return {"exit_codes": [job.exit_code for job in jobs],
@@ -326,7 +331,9 @@ class ActionPlayer:
             names, path, lab_capture.scenario_comment(self.t0_wall, self.speed))
         return {"file": str(path), "port": next(iter(names))}
 
-    def _start_iperf(self, action: Action, t: float) -> dict:
+    def _start_iperf(self, action: Action, _t: float) -> dict:
+        """iperf3 from ``src`` to ``dst``'s node address; the intervals recorded are the
+        server's (what arrived), since a TCP sender counts what its socket buffer took."""
         src, dst = action.get("src"), action.get("dst")
         port = IPERF_BASE_PORT + action.index
         seconds = float(action.get("duration")) / self.speed
@@ -334,31 +341,38 @@ class ActionPlayer:
         session, index = self.session, action.index
         started = {"wall": time.time()}
 
-        def server_line(text: str, _wall: float) -> None:
-            return
+        def error(text: str, wall: float) -> None:
+            session.events.write(ev.IPERF, scenario_time=self.scenario_time(wall),
+                                 step=session.ca.progress.step, nodes=[src, dst],
+                                 index=index, error=text.strip())
 
-        def client_line(text: str, _wall: float) -> None:
+        def server_line(text: str, wall: float) -> None:
             found = _IPERF_LINE.match(text)
             if found is None:
                 if "error" in text.lower():
-                    session.events.write(ev.IPERF, scenario_time=self.scenario_time(_wall),
-                                         step=session.ca.progress.step, nodes=[src, dst],
-                                         index=index, error=text.strip())
+                    error(text, wall)
                 return
             begin, end = float(found.group(1)), float(found.group(2))
             bps = float(found.group(3)) * _UNITS[found.group(4)]
             tail = found.group(5)
-            final = "sender" in tail or "receiver" in tail
+            t0 = self.scenario_time(started["wall"])
+            fields: dict[str, Any] = {}
+            if "sender" in tail or "receiver" in tail:
+                fields["summary"] = "sender" if "sender" in tail else "receiver"
             session.events.write(
                 ev.IPERF, scenario_time=self.scenario_time(started["wall"] + end),
                 step=session.ca.progress.step, nodes=[src, dst], index=index,
-                protocol=protocol, interval=[round(t + begin * self.speed, 3),
-                                             round(t + end * self.speed, 3)],
-                bps=bps, **({"summary": "sender" if "sender" in tail else "receiver"}
-                            if final else {}))
+                protocol=protocol, interval=[round(t0 + begin * self.speed, 3),
+                                             round(t0 + end * self.speed, 3)],
+                bps=bps, **fields)
+
+        def client_line(text: str, wall: float) -> None:
+            if "error" in text.lower():
+                error(text, wall)
 
         server = Job(session, dst, "gnab", ["iperf3", "-s", "-1", "-B", self.address(dst),
-                                            "-p", str(port)], f"a{index}s", server_line)
+                                            "-p", str(port), "-i", "1", "-f", "k",
+                                            "--forceflush"], f"a{index}s", server_line)
         time.sleep(0.3)
         command = ["iperf3", "-c", self.address(dst), "-B", self.address(src), "-p", str(port),
                    "-t", f"{seconds:g}", "-i", "1", "-f", "k", "--forceflush",
