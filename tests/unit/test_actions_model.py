@@ -152,3 +152,24 @@ def test_visibility_check_exits_2_on_a_bad_action(tmp_path):
     result = CliRunner().invoke(cli, ["visibility", "check", str(path)])
     assert result.exit_code == 2
     assert "actions[0].dst: iperf from a node to itself" in result.output
+
+
+def test_ping_and_iperf_lines_as_the_tools_print_them():
+    """Lines copied from iputils ping -D -O and iperf3 3.12 -f k on this machine."""
+    from nestednet.ca.actions import _IPERF_LINE, _PING_LOST, _PING_REPLY
+
+    reply = _PING_REPLY.match("[1795708855.796126] 64 bytes from 127.0.0.1: icmp_seq=1 "
+                              "ttl=64 time=0.043 ms")
+    assert reply and reply.groups() == ("1795708855.796126", "1", "0.043")
+    lost = _PING_LOST.match("[1795708856.100000] no answer yet for icmp_seq=7")
+    assert lost and lost.group(2) == "7"
+    unreachable = _PING_LOST.match("[1795708856.2] From 10.255.0.1 icmp_seq=9 Destination "
+                                   "Host Unreachable")
+    assert unreachable and unreachable.group(2) == "9"
+    interval = _IPERF_LINE.match("[  5]   1.00-2.00   sec  2.14 GBytes  18370162 "
+                                 "Kbits/sec                  ")
+    assert interval and interval.group(1, 2, 3, 4) == ("1.00", "2.00", "18370162", "K")
+    total = _IPERF_LINE.match("[  5]   0.00-2.00   sec  4.33 GBytes  18589185 Kbits/sec"
+                              "                  receiver")
+    assert total and "receiver" in total.group(5)
+    assert _IPERF_LINE.match("[ ID] Interval           Transfer     Bitrate") is None
