@@ -60,8 +60,7 @@ _PING_LOST = re.compile(r"^\[(\d+\.\d+)\] (?:no answer yet for|From .*) icmp_seq
 _IPERF_LINE = re.compile(r"^\[\s*\d+\]\s+([\d.]+)-([\d.]+)\s+sec\s+[\d.]+ \w?Bytes\s+"
                          r"([\d.]+) (\w?)bits/sec(.*)$")
 _UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
-IPERF_GRACE_S = 1.0
-"""How long an iperf's stop cue lets it finish before killing it."""
+
 
 
 class Job:
@@ -262,9 +261,6 @@ class ActionPlayer:
             running = self.captures.pop(action.index)
             return {"packets": running.stop(), "file": str(running.path)}
         jobs = self.jobs.pop(action.index, [])
-        if action.kind == "iperf":
-            for job in jobs:  # started 0.3 s late and given its whole duration
-                job.thread.join(IPERF_GRACE_S)
         for job in reversed(jobs):
             job.stop()
         return {"exit_codes": [job.exit_code for job in jobs],

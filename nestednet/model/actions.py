@@ -54,6 +54,9 @@ _INTERVAL_ONLY = {"flap", "degrade", "churn", "capture"}
 
 DEFAULT_PING_INTERVAL = 1.0
 IPERF_BASE_PORT = 5201
+IPERF_GRACE_S = 1.0
+"""An iperf's stop cue comes this long after its duration (capped at the scenario's end):
+its client starts a little after the cue and must be let finish."""
 
 
 def schema() -> dict[str, Any]:
@@ -398,7 +401,8 @@ def timeline(actions: Sequence[Action], duration: float) -> list[Cue]:
             add(action.start, action, "start", key=key)
             stop = end
             if kind == "iperf":
-                stop = action.start + float(action.get("duration"))
+                stop = min(duration, action.start + float(action.get("duration"))
+                           + IPERF_GRACE_S)
             if stop is not None:
                 add(stop, action, "stop", key=key)
     return sorted(cues)

@@ -174,7 +174,7 @@ def test_partition_cuts_between_groups_and_ping_loses_then_recovers(played):
 
 def test_crash_freezes_the_node_and_cuts_its_links_until_restart(played):
     events = played[1]
-    crash = actions_of(events, "crash")
+    crash = actions_of(events, "crash") + actions_of(events, "restart")
     ops = [(e.extra["op"], e.extra.get("target")) for e in crash]
     assert ("crash", "n3") in ops and ("restart", "n3") in ops
     assert ("crash", "n2:iphy1") in ops and ("restart", "n2:iphy1") in ops
@@ -202,7 +202,7 @@ def test_degrade_scales_the_rate_and_iperf_sees_it(played):
     # the client starts 0.3 s after the cue: intervals 2.3-3.3, 3.3-4.3, 4.3-5.3, ...
     fast = [e.extra["bps"] for e in intervals if e.extra["interval"][1] <= 4.4]
     slow = [e.extra["bps"] for e in intervals if e.extra["interval"][0] >= 4.0
-            and e.extra["interval"][1] <= 6.4]
+            and e.extra["interval"][1] <= 6.05]
     print(f"iperf Mbit/s before degrade {[round(b / 1e6, 1) for b in fast]}, during "
           f"{[round(b / 1e6, 1) for b in slow]}")
     assert fast and slow and max(slow) < 0.6 * max(fast)
@@ -211,7 +211,7 @@ def test_degrade_scales_the_rate_and_iperf_sees_it(played):
 
 def test_ping_records_each_probe(played):
     summary, events = played[0], played[1]
-    probes = pings(events, 0, 40)
+    probes = pings(events, 0, 41)
     assert len(probes) > 50
     answered = [e.extra["rtt_ms"] for e in probes if e.extra["rtt_ms"] is not None]
     assert answered and all(0 < r < 100 for r in answered)
