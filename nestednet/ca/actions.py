@@ -228,13 +228,13 @@ class ActionPlayer:
 
     # --- degrade ---------------------------------------------------------------------
 
-    def _degrade(self, cue: Cue, action: Action, _t: float) -> dict:
-        return self._scale(action, float(action.get("factor")))
+    def _degrade(self, cue: Cue, action: Action, t: float) -> dict:
+        return self._scale(action, float(action.get("factor")), t)
 
-    def _undegrade(self, cue: Cue, action: Action, _t: float) -> dict:
-        return self._scale(action, None)
+    def _undegrade(self, cue: Cue, action: Action, t: float) -> dict:
+        return self._scale(action, None, t)
 
-    def _scale(self, action: Action, factor: float | None) -> dict:
+    def _scale(self, action: Action, factor: float | None, t: float) -> dict:
         shaping = self.session.shaping
         if shaping is None:
             raise RuntimeError("degrade: this run shapes no link")
@@ -246,7 +246,7 @@ class ActionPlayer:
                 shaping.factors.pop(key, None)
             else:
                 shaping.factors[key] = factor
-            ca.refresh_shaping()
+            ca.refresh_shaping(t)
 
         self.session.server.call(apply, 30)
         return {"factor": factor}

@@ -606,9 +606,11 @@ class CommunicationAssistant:
         self._set_visible(self.progress.step, {frozenset(p) for p in visible_pairs},
                           time.monotonic())
 
-    def refresh_shaping(self) -> None:
-        """Links that stay up get their properties again (a degrade began or ended)."""
+    def refresh_shaping(self, scenario_time: float) -> None:
+        """Links that stay up get their properties again (a degrade began or ended at
+        ``scenario_time``, which the events from here on carry)."""
         if self.shaping is not None:
+            self.progress.scenario_time = scenario_time
             self._update_shaping(time.monotonic())
 
     def _set_visible(self, step: int, seen: set[frozenset[str]], now: float) -> None:

@@ -51,7 +51,7 @@ def build(run: Path) -> Page:
     spans = series.fault_spans(events, end)
     page = Page(f"NestedNet run report: {run}")
     step_list = series.steps(events)
-    page.sections.append(("Steps", [[["step", "time s", "visible pairs"]]
+    page.sections.append(("Steps", [[["step", "time s", "visible pairs (after cuts)"]]
                                     + [[i + 1, f"{t:.1f}", n] for i, t, n in step_list]]))
     parts: list[Any] = [("timeline", _timeline_png(events, spans, step_list, end))]
     if spans:

@@ -83,7 +83,8 @@ def fault_spans(events: Sequence[Event], end: float) -> list[Span]:
         op, key = e.extra.get("op"), e.extra.get("key", "")
         if op in _STARTS and key not in open_:
             target = e.extra.get("target") or "-".join(e.nodes)
-            open_[key] = Span(f"{e.extra.get('action')} {target}", e.extra.get("action", ""),
+            open_[key] = Span(f"{e.extra.get('action')} {target}".strip(),
+                              e.extra.get("action", ""),
                               e.scenario_time, end)
         elif op in _ENDS and key in open_:
             span = open_.pop(key)
@@ -139,13 +140,14 @@ def iperfs(events: Sequence[Event]) -> list[Measurement]:
 def link_rates(events: Sequence[Event]) -> list[tuple[float, float]]:
     """(time, rate bit/s) of every direction set by a link_up or link_update."""
     out = []
+    run_clock = clock(events)
     for e in events:
         if e.event in ("link_up", "link_update") and isinstance(e.extra.get("properties"),
                                                                  dict):
             for side in ("a_to_b", "b_to_a"):
                 rate = (e.extra["properties"].get(side) or {}).get("rate_bps")
                 if rate is not None:
-                    out.append((e.scenario_time, float(rate)))
+                    out.append((when(e, run_clock), float(rate)))
     return out
 
 
