@@ -22,10 +22,6 @@ Layers, each importing only the ones below it (tests/unit/test_import_graph.py):
 `linkemu` builds on these lower layers; nothing here imports linkemu.
 """
 
-from __future__ import annotations
-
-import importlib
-
 TYPE_CHECKING = False
 """typing.TYPE_CHECKING without importing typing (which would triple this import's cost)."""
 
@@ -91,6 +87,8 @@ def __getattr__(name: str) -> object:
     where = _PUBLIC.get(name)
     if where is None:
         raise AttributeError(f"module 'nestednet' has no attribute {name!r}")
+    import importlib  # here: even importlib's package costs start-up when imported above
+
     module, attribute = where if isinstance(where, tuple) else (where, name)
     value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value

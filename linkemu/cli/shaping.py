@@ -80,6 +80,8 @@ def apply_cmd(file: str, dry_run: bool, shaper: str, as_json: bool) -> None:
                 out_console.print(f"  route   {r.destination} via {r.gateway}  ({r.side} side)")
         for op in plan.tc.ops:
             params = " ".join(f"{k}={v}" for k, v in op.params.items())
+            if "keys" in op.params:
+                params += f" ({', '.join(map(tcplan.describe_u32_key, op.params['keys']))})"
             out_console.print(f"  {op.port:<8} {op.command:<10} {op.kind:<5} {op.handle:<7} "
                               f"{params}  [dim]# {op.what}[/]", soft_wrap=True)
         return

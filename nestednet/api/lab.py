@@ -175,12 +175,14 @@ class Lab:
 
     @staticmethod
     def exists(name: str) -> bool:
+        """Whether lab ``name`` has a record on this machine (complete or not)."""
         return record.LabRecord(name).exists()
 
     # --- what it is --------------------------------------------------------------
 
     @property
     def name(self) -> str:
+        """The lab's name (its containers are ``<name>-n<i>``)."""
         return self._handle.record.lab
 
     @property
@@ -195,6 +197,7 @@ class Lab:
 
     @property
     def routing(self) -> str:
+        """How routes to node addresses appear: none, direct or babel."""
         return self._handle.meta.get("routing", "none")
 
     @property
@@ -204,6 +207,7 @@ class Lab:
 
     @property
     def nodes(self) -> list[Node]:
+        """Its nodes, n1 first."""
         return [Node(self, k) for k in self.shape.node_numbers()]
 
     def node(self, node: str | int) -> Node:
@@ -283,7 +287,7 @@ class Lab:
                              link_model=None if link_model is None else Path(link_model),
                              length_unit=length_unit, shaping_mode=shaping,
                              keep_order=keep_order)
-        return Run(request, progress=progress, _lab=self._handle).begin()
+        return Run(request, progress=progress, _lab=self).begin()
 
     # --- lifetime ----------------------------------------------------------------
 

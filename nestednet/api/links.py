@@ -63,7 +63,7 @@ class Direction:
     """What tc holds on the port (``rate_bps``, ``delay_us``, ``jitter_us``, ``loss_pct``,
     ``netem_limit``), None when it holds no tree of ours."""
     mode: str | None = None
-    """The shaping mode it was configured with (full or rate-only)."""
+    """The shaping mode it was configured with (full or rate-only); None: unshaped."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,12 @@ class Link:
 
     @property
     def a(self) -> str:
+        """The lower endpoint, ``n1:iphy1``."""
         return str(self.ends[0])
 
     @property
     def b(self) -> str:
+        """The other endpoint."""
         return str(self.ends[1])
 
     @property
@@ -98,6 +100,7 @@ class Link:
 
     @property
     def b_address(self) -> str:
+        """``b``'s inter-node address."""
         return str(self._lab._plan.inter_address(self.ends[1].node, self.ends[1].iphy).ip)
 
     @property

@@ -33,10 +33,12 @@ class Component:
 
     @property
     def node(self) -> Node:
+        """The node it belongs to."""
         return Node(self._lab, self.node_number)
 
     @property
     def is_gnab(self) -> bool:
+        """Whether it is its node's GNAB (else an iPHY)."""
         return self.index == 0
 
     @property
@@ -135,10 +137,12 @@ class Node:
 
     @property
     def gnab(self) -> Component:
+        """Its GNAB (global network access brain): the agent, the node address."""
         return Component(self._lab, self.number, 0)
 
     @property
     def iphys(self) -> list[Component]:
+        """Its iPHYs, iphy1 first: the components links join."""
         return self.components[1:]
 
     def component(self, name: str) -> Component:

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from nestednet.ca import runner
 from nestednet.ca.runner import RunRequest
+from nestednet.errors import InputError
 from nestednet.lab.runs import RUNS_DIR
 from nestednet.model.events import Event
 
 if TYPE_CHECKING:
+    from nestednet.api.lab import Lab
+    from nestednet.api.nodes import Component, Node
     from nestednet.ca.session import Live, RunSummary
-    from nestednet.lab.nodes import Lab as LabHandle
 
 __all__ = ["RUNS_DIR", "Event", "Run", "RunRequest"]
 
@@ -33,10 +35,12 @@ class Run:
     """One scenario run: started, read while it plays, stopped or waited for."""
 
     def __init__(self, request: RunRequest, *, progress: Callable[[str], None] | None = None,
-                 _lab: LabHandle | None = None) -> None:
+                 _lab: Lab | None = None) -> None:
         """Check the request (scenario, link model, shaping on this kernel, the events
         file) without starting anything; `start` (or ``with``) starts it."""
-        self._run = runner.Run(request, notify=progress or (lambda _text: None), lab=_lab)
+        self._lab = _lab
+        self._run = runner.Run(request, notify=progress or (lambda _text: None),
+                               lab=None if _lab is None else _lab._handle)
 
     @classmethod
     def start(cls, request: RunRequest, *,
@@ -48,6 +52,18 @@ class Run:
         made.begin()
         return made
 
+    @classmethod
+    def resume(cls, run_dir: str | Path, *,
+               progress: Callable[[str], None] | None = None) -> Run:
+        """A run that takes over one whose process died (killed, machine asleep), from
+        its directory (``events_path.parent``; `nestednet run` prints it last): the
+        same request, its links adopted from the lab's flows, its events file continued
+        with a ``resumed`` event, play going on from the scenario time it is now. Not
+        started: use ``with`` or `begin`."""
+        made = cls.__new__(cls)
+        made._run = runner.Run.resume(Path(run_dir), notify=progress or (lambda _text: None))
+        return made
+
     def begin(self) -> Run:
         """Start a run made with ``Run(request)``; returns it."""
         self._run.start()
@@ -55,10 +71,12 @@ class Run:
 
     @property
     def request(self) -> RunRequest:
+        """What was asked for."""
         return self._run.request
 
     @property
     def lab(self) -> str:
+        """The lab's name."""
         return self._run.request.lab
 
     @property
@@ -78,7 +96,28 @@ class Run:
         return self._run.live
 
     def running(self) -> bool:
+        """Whether it still plays."""
         return self._run.running()
+
+    def node(self, name: str) -> Node:
+        """The lab node playing scenario node ``name`` (the k-th scenario node is lab
+        node n<k>); events name scenario nodes. For runs started with `Lab.run`."""
+        names = list(self.scenario.node_names)
+        if name not in names:
+            raise InputError(f"the scenario has no node {name!r} (it has "
+                             f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''})")
+        return self._lab_handle().node(names.index(name) + 1)
+
+    def component(self, name: str, iphy: int) -> Component:
+        """iPHY ``iphy`` of scenario node ``name`` (as an event's ``nodes`` and ``iphys``
+        give them)."""
+        return self.node(name).iphy(iphy)
+
+    def _lab_handle(self) -> Lab:
+        if self._lab is None:
+            raise InputError("this run has no lab handle: start it with Lab.run, or open "
+                             f"the lab yourself (nn.Lab.open({self.lab!r}))")
+        return self._lab
 
     def events(self, kinds: Container[str] | None = None, *,
                poll: float = 0.25) -> Iterator[Event]:

@@ -38,6 +38,9 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   how far apart the hosts changed. The ``link_up``/``link_down`` events of that batch
   follow it (adds) or precede it (removes).
 
+- ``resumed``: `nestednet run --resume` took over a run whose process died, at this
+  scenario time. ``links``: the links it found and kept, ``[a, a_iphy, b, b_iphy]``
+  each; ``pid``: the process that took over. The steps before it are the dead run's.
 - ``play``: the scenario clock started: ``t0_wall`` (Unix seconds of scenario time 0)
   and ``speed``; an event's scenario time is then (wall_time - t0_wall) x speed, which
   the CA's own events (stamped with the time of the step or action cue they follow)
@@ -83,13 +86,14 @@ LINK_UPDATE = "link_update"
 SHAPING = "shaping"
 ROUTE = "route"
 HOST_FLOWS = "host_flows"
+RESUMED = "resumed"
 ACTION = "action"
 PING = "ping"
 IPERF = "iperf"
 FIDELITY = "fidelity"
 PLAY = "play"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
-         HOST_FLOWS, ACTION, PING, IPERF, FIDELITY, PLAY)
+         HOST_FLOWS, RESUMED, ACTION, PING, IPERF, FIDELITY, PLAY)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}

@@ -133,6 +133,24 @@ def u32_key(ip: IPv4Address, offset: int) -> str:
     return f"0x{int(ip):08X}/0xffffffff+{offset}"
 
 
+U32_FIELDS = {12: "src", 16: "dst"}
+"""What an IPv4 u32 key at each offset matches."""
+
+
+def describe_u32_key(key: str) -> str:
+    """A u32 key as a person reads it: ``0xC612000D/0xffffffff+12`` -> ``src 198.18.0.13``
+    (keys that are not one whole IPv4 address at a known offset come back as they are)."""
+    value, _, rest = key.partition("/")
+    mask, _, offset = rest.partition("+")
+    try:
+        field = U32_FIELDS[int(offset)]
+        if int(mask, 16) != 0xFFFFFFFF:
+            return key
+        return f"{field} {IPv4Address(int(value, 16))}"
+    except (KeyError, ValueError):
+        return key
+
+
 def bytes_per_s(rate_bps: int) -> int:
     return max(1, rate_bps // 8)
 

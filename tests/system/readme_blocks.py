@@ -1,5 +1,7 @@
-"""The README's ```sh blocks and the readme-test marker before each (see test_readme.py):
-read by the host suite (tests/system/test_readme.py) and the multihost suite."""
+"""The ```sh blocks of the README and of the documentation pages it leads to (docs/*.md:
+the command reference and the multi-host walk-through live there), and the readme-test
+marker before each (see test_readme.py): read by the host suite
+(tests/system/test_readme.py) and the multihost suite."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCUMENTS = (README, *sorted((ROOT / "docs").glob("*.md")))
+"""Where the blocks are: the front door and the pages of the documentation."""
 MARKER = re.compile(r"<!--\s*readme-test:\s*(.+?)\s*-->")
 
 
@@ -24,9 +28,11 @@ class Block:
     line: int
     mode: str
     commands: tuple[Command, ...]
+    source: str = "README.md"
+    """The file it is in, relative to the repository."""
 
 
-def blocks(text: str) -> list[Block]:
+def blocks(text: str, source: str = "README.md") -> list[Block]:
     """Every ```sh block with the marker before it (mode "" when there is none)."""
     lines = text.splitlines()
     found, i = [], 0
@@ -41,7 +47,8 @@ def blocks(text: str) -> list[Block]:
         while i < len(lines) and lines[i].strip() != "```":
             body.append((i + 1, lines[i]))
             i += 1
-        found.append(Block(start + 1, marker.group(1) if marker else "", _commands(body)))
+        found.append(Block(start + 1, marker.group(1) if marker else "", _commands(body),
+                           source))
         i += 1
     return found
 
@@ -65,4 +72,7 @@ def _readme_blocks() -> list[Block]:
 
 
 def readme_blocks() -> list[Block]:
-    return blocks(README.read_text(encoding="utf-8"))
+    """Every block of the README and the documentation pages, in that order."""
+    return [block for path in DOCUMENTS
+            for block in blocks(path.read_text(encoding="utf-8"),
+                                str(path.relative_to(ROOT)))]

@@ -130,3 +130,32 @@ def test_a_run_can_be_stopped(lab: nn.Lab) -> None:
             run.stop()
     assert run.summary().interrupted
     assert time.monotonic() - started < 60 and lab.links() == []
+
+
+def test_the_lab_record_is_read_once_per_handle(lab: nn.Lab, monkeypatch) -> None:
+    """A run and a link listing each read lab.json once, when their handle is made (the
+    issue saw four reads in a run and two in `link list`)."""
+    from nestednet.lab.record import LabRecord
+
+    reads: list[str] = []
+    original = LabRecord.meta
+
+    def counted(self: LabRecord) -> dict:
+        reads.append(self.lab)
+        return original(self)
+
+    monkeypatch.setattr(LabRecord, "meta", counted)
+    lab.link("n1:iphy1", "n2:iphy1", rate="10Mbit")
+    listed = nn.Lab.open(LAB).links()
+    assert len(listed) == 1 and reads == [LAB], reads
+    listed[0].remove()
+    reads.clear()
+    scenario = nn.Scenario.build(nodes={"a": 1, "b": 1}, duration=2, steps=[(0, [("a", "b")])])
+    with nn.Run.start(nn.RunRequest(scenario=scenario, lab=LAB, speed=4)) as run:
+        run.wait()
+    assert run.summary().links_up == 1
+    assert reads == [LAB], f"a run read lab.json {len(reads)} times"
+    reads.clear()
+    with lab.run(scenario, speed=4) as run:
+        run.wait()
+    assert reads == [], "a run on an API handle reuses its reading"

@@ -874,7 +874,7 @@ def test_the_readmes_multihost_commands_run_on_the_emulated_hosts(hosts, ssl_hos
                                   capture_output=True, text=True, timeout=600,
                                   stdin=subprocess.DEVNULL)
             assert done.returncode == 0, (
-                f"README.md line {command.line}: `{text}` exited {done.returncode}\n"
+                f"{block.source} line {command.line}: `{text}` exited {done.returncode}\n"
                 f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-2000:]}")
         for lab in labs:
             assert not LabRecord(lab).exists()

@@ -1,7 +1,7 @@
 """The README's command blocks are true (issue #30): the front door cannot break unseen.
 
-Every ```sh block in README.md carries a marker on the line before it saying how it is
-checked:
+Every ```sh block in README.md and in the documentation pages (docs/*.md) carries a
+marker on the line before it saying how it is checked:
 
 - `<!-- readme-test: run -->`: every command line runs as written, in order, from the
   repository's root with .venv/bin first on PATH, and must exit 0 (system test);
@@ -37,8 +37,8 @@ def test_the_parser_reads_markers_comments_and_continuations():
 
 @pytest.mark.unit
 def test_every_block_says_how_it_is_checked():
-    unmarked = [block.line for block in readme_blocks() if not block.mode]
-    assert not unmarked, f"README.md ```sh blocks without a readme-test marker: {unmarked}"
+    unmarked = [f"{block.source}:{block.line}" for block in readme_blocks() if not block.mode]
+    assert not unmarked, f"```sh blocks without a readme-test marker: {unmarked}"
     modes = {block.mode for block in readme_blocks()}
     assert "run" in modes and "synopsis" in modes
 
@@ -84,14 +84,15 @@ def test_every_command_and_option_in_a_synopsis_exists():
                     continue
                 resolved = _resolve(groups[words[0]], words[1:])
                 if resolved == [groups[words[0]]] and len(words) > 1:
-                    wrong.append(f"line {command.line}: no such command: {part}")
+                    wrong.append(f"{block.source} line {command.line}: no such command: "
+                                 f"{part}")
                     continue
                 known = set().union(*(_options(c) for c in resolved))
                 for option in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", part):
                     checked += 1
                     if option not in known:
-                        wrong.append(f"line {command.line}: {' '.join(words[:3])} has no "
-                                     f"{option}")
+                        wrong.append(f"{block.source} line {command.line}: "
+                                     f"{' '.join(words[:3])} has no {option}")
     assert checked > 20, "the synopsis parser found almost nothing to check"
     assert not wrong, "\n".join(wrong)
 
@@ -117,7 +118,7 @@ def test_every_line_of_the_run_blocks_runs_as_written():
                                       capture_output=True, text=True, timeout=600,
                                       stdin=subprocess.DEVNULL)
                 assert done.returncode == 0, (
-                    f"README.md line {command.line}: `{command.text}` exited "
+                    f"{block.source} line {command.line}: `{command.text}` exited "
                     f"{done.returncode}\nstdout:\n{done.stdout[-2000:]}\n"
                     f"stderr:\n{done.stderr[-2000:]}")
         finally:

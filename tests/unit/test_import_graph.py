@@ -154,6 +154,31 @@ def test_model_imports_only_model_errors_stdlib_and_jsonschema() -> None:
     assert not bad, bad
 
 
+ORBITS_ALLOWED_THIRD_PARTY = {"jsonschema", "numpy", "sgp4", "skyfield"}
+
+
+def test_orbits_imports_only_model_errors_stdlib_and_orbit_libraries() -> None:
+    """orbits/ is model-like (no side effects, no Docker, no OVS) but needs the orbit
+    libraries; the model itself stays free of them (the test above)."""
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        if not name.startswith("nestednet.orbits"):
+            continue
+        for target in _imports(name, path):
+            top = target.split(".")[0]
+            if top in PACKAGES:
+                ours = _resolve(target, modules)
+                if not (ours in ("nestednet", "nestednet.errors")
+                        or ours.startswith(("nestednet.model", "nestednet.orbits"))):
+                    bad.append((name, ours))
+            elif top not in sys.stdlib_module_names and top not in ORBITS_ALLOWED_THIRD_PARTY \
+                    and top != "__future__":
+                bad.append((name, target))
+    assert not bad, bad
+    assert any(n.startswith("nestednet.orbits.") for n in modules), "orbits/ not found"
+
+
 def test_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
     """The walk must see imports inside functions, or the circle check proves nothing."""
     path = tmp_path / "probe.py"
@@ -190,14 +215,15 @@ def test_function_level_imports_of_ours_say_why() -> None:
 
 
 def test_readme_layout_table_names_every_part_of_the_tree() -> None:
-    text = (ROOT / "README.md").read_text()
+    """The layout table (docs/development.md, where the README's depth moved)."""
+    text = (ROOT / "docs" / "development.md").read_text()
     table = text[text.index("## Repository layout"):text.index("## Tests")]
     parts = [p for p in sorted((ROOT / "nestednet").iterdir())
              if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")]
     missing = [p.name for p in parts
                if f"`nestednet/{p.name}/`" not in table and f"`{p.name}`" not in table
                and f"`{p.name}/`" not in table]
-    assert not missing, f"README's layout table lacks {missing}"
+    assert not missing, f"docs/development.md's layout table lacks {missing}"
 
 
 CLI_FORBIDDEN = ("docker", "ovs", "ovsdbapp", "pyroute2", "os_ken", "eventlet",

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from linkemu import linksfile
 from linkemu.cli import main
 from nestednet.errors import UsageError
+from nestednet.model import tcplan
 
 THESIS = Path("scenarios/links/thesis-example.json")
 NATIVE = Path("scenarios/links/native-example.json")
@@ -295,3 +296,19 @@ def test_unusable_documents(tmp_path, text, reason):
 def test_missing_file_is_exit_2(tmp_path):
     result = CliRunner().invoke(main, ["apply", str(tmp_path / "none.json"), "--dry-run"])
     assert result.exit_code == 2 and "cannot read" in result.output
+
+
+@pytest.mark.unit
+def test_dry_run_names_each_filters_addresses_beside_its_u32_keys():
+    """Client 3 of Fig. 4.6 (198.18.0.13) and the server (198.19.0.10), read back from the
+    keys: 198.18.0.13 is 0xC612000D (198=0xC6, 18=0x12, 0, 13=0x0D)."""
+    result = CliRunner().invoke(main, ["apply", str(FIG_4_6_TESTBED), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "# R1-C3" in line and "u32" in line]
+    assert len(lines) == 2
+    forward, backward = sorted(lines, key=lambda line: "backward" in line)
+    assert "'0xC612000D/0xffffffff+12'" in forward
+    assert "(src 198.18.0.13, dst 198.19.0.10)" in forward
+    assert "(src 198.19.0.10, dst 198.18.0.13)" in backward
+    assert tcplan.describe_u32_key("0x0A000001/0xffffff00+12") == "0x0A000001/0xffffff00+12"
+    assert tcplan.describe_u32_key("0x0A000001/0xffffffff+20") == "0x0A000001/0xffffffff+20"
