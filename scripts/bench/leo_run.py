@@ -12,7 +12,7 @@ reports, from the run's events (every step event has its wall time):
 - per ping target, per step: the share of pings sent in the step that were answered;
 - at every handover (a step where either station's ground link changes), the longest
   gap without answers from 1 s before the step to the end of the step, and the time
-  from the step to the first answer after it.
+  from the step to the first answer after it (however late).
 
 Prints JSON. One run per call (repeat for medians; the machine is shared). Run it
 under the system lock:
@@ -86,9 +86,9 @@ def analyse(answered: dict[int, float], sent: int, started: float,
         for s in seqs:
             run = 0 if s in answered else run + 1
             longest = max(longest, run)
-        first = next((answered[s] - bounds[k] for s in seqs
-                      if s in answered and answered[s] >= bounds[k]), None)
-        gaps.append({"step": k, "longest_gap_s": round(longest * INTERVAL, 1),
+        first = next((answered[s] - bounds[k] for s in sorted(answered)
+                      if answered[s] >= bounds[k]), None)
+        gaps.append({"step": k, "longest_gap_in_step_s": round(longest * INTERVAL, 1),
                      "first_answer_after_s": None if first is None else round(first, 2)})
     return {"sent": sent, "answered": len(answered),
             "answered_share": round(len(answered) / sent, 3) if sent else None,
@@ -156,6 +156,10 @@ def main() -> None:
         out["run_exit"] = run.returncode
         summary = json.loads(stdout) if run.returncode == 0 else {"stderr": stderr[-2000:]}
         texts = {dst: p.communicate(timeout=120)[0] for dst, p in pings.items()}
+        for dst, text in texts.items():
+            raw = Path(f"/tmp/nestednet-{args.lab}-ping-{dst}.txt")
+            raw.write_text(text)
+            out[f"ping_{args.src}_to_{dst}_raw"] = str(raw)
         records = [json.loads(line) for line in events.read_text().splitlines()]
         steps = [r for r in records if r["event"] == "step"]
         walls = [r["wall_time"] for r in steps]

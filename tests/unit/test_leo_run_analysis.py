@@ -38,7 +38,7 @@ def test_shares_per_step_and_the_gap_at_a_handover():
     result = leo.analyse(answered, sent, start, [1000.0, 1010.0, 1020.0], 1030.0, [1])
     assert result["per_step_answered_share"] == [1.0, 0.7, 1.0]
     (gap,) = result["handovers"]
-    assert gap["longest_gap_s"] == 3.0
+    assert gap["longest_gap_in_step_s"] == 3.0
     assert gap["first_answer_after_s"] == pytest.approx(0.0, abs=1e-6)
     later = leo.analyse(answered, sent, start, [1000.0, 1011.8, 1020.0], 1030.0, [1])
     assert later["handovers"][0]["first_answer_after_s"] == pytest.approx(3.0, abs=1e-6)
