@@ -13,6 +13,8 @@ One module per command family, each adding its commands to `main` in `register`:
 - `run`, `demo`: play a scenario with the communication assistant.
 - `visibility`, `graph`: generate and check scenarios, draw them.
 - `view`: the lab and its run, live in a browser (nestednet.view).
+- `capture`: pcapng from iPHY ports (nestednet.lab.capture).
+- `report`: a run's results page (nestednet.report).
 - `bench`: the paper's measurements, nested vs flat.
 - `hosts`: planning labs over several hosts (placement, tunnels).
 
@@ -26,6 +28,7 @@ import click
 from nestednet import __version__
 from nestednet.cli import (
     bench,
+    capture,
     demo,
     doctor,
     graph,
@@ -33,6 +36,7 @@ from nestednet.cli import (
     images,
     links,
     nodes,
+    report,
     run,
     view,
     visibility,
@@ -61,5 +65,5 @@ def main() -> None:
 
 
 for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts,
-                view):
+                report, capture, view):
     _module.register(main)
