@@ -14,6 +14,11 @@ circle, the same for every frame.
 With a label kind ("delay" or "rate"), every visible pair is coloured on one scale
 for all frames and labelled with the property of its link (link_resolver.py: the
 explicit value, else the link model); "a→b/b→a" when the two directions differ.
+
+Orbital scenarios (positions in the ITRS frame, km) are drawn with the Earth: a
+sphere in 3-D, or with ``map_view`` a longitude/latitude map (geodetic, WGS84);
+satellites are dots, ground stations triangles, and pairs are coloured by their link
+class (isl, gsl, default) unless a label kind colours them.
 """
 
 from __future__ import annotations
@@ -31,12 +36,16 @@ from nestednet.model import events as ev
 from nestednet.model.line_of_sight import Pair, Position
 from nestednet.model.link_properties import LinkProperties
 from nestednet.model.link_resolver import LinkResolver
-from nestednet.model.scenario import Scenario
+from nestednet.model.scenario import Scenario, link_class
 
 VISIBLE_STYLE = {"color": "#8a97a6", "linewidth": 0.9, "alpha": 0.55, "linestyle": "--"}
 LINK_STYLE = {"color": "#c0392b", "linewidth": 3.0, "alpha": 0.95}
 PATH_STYLE = {"color": "#f1c40f", "linewidth": 7.0, "alpha": 0.6}
 NODE_COLOR = "#1f3b57"
+CLASS_COLORS = {"isl": "#2874a6", "gsl": "#e67e22", "default": "#7f8c8d"}
+EARTH_RADIUS_KM = 6371.0
+"""The drawn sphere (mean radius); only a picture."""
+GROUND_COLOR = "#b03a2e"
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,12 @@ class Frame:
     label_kind: str = ""
     path: tuple[tuple[str, str], tuple[str, ...] | None] | None = None
     """((from, to), the nodes along a fewest-hops path over the links, or None: none)."""
+    earth: bool = False
+    """Positions are Earth-fixed (ITRS) km: draw the Earth and colour by link class."""
+    kinds: Mapping[str, str] | None = None
+    """Node name -> "satellite" / "ground" (orbital scenarios)."""
+    classes: Mapping[Pair, str] | None = None
+    """Visible pair -> its link class (isl, gsl, default)."""
 
 
 LABEL_KINDS = ("delay", "rate")
@@ -110,6 +125,8 @@ def frames_from_scenario(scenario: Scenario, events: Sequence[ev.Event] | None =
     if label and resolver is None:
         resolver = LinkResolver(scenario)
     layout = None if scenario.has_positions else circle_layout(scenario.node_names)
+    earth = is_orbital(scenario)
+    kinds = {n.name: n.kind for n in scenario.nodes if n.kind}
     frames = []
     for i, step in enumerate(scenario.steps):
         end = scenario.steps[i + 1].time if i + 1 < len(scenario.steps) else None
@@ -119,8 +136,15 @@ def frames_from_scenario(scenario: Scenario, events: Sequence[ev.Event] | None =
                             visible=step.visible, links=links, title=scenario.name,
                             laid_out=layout is not None,
                             labels=pair_labels(resolver, i, label) if label and resolver
-                            else None, label_kind=label))
+                            else None, label_kind=label, earth=earth, kinds=kinds or None,
+                            classes={p: link_class(scenario.node(p[0]), scenario.node(p[1]))
+                                     for p in step.visible}))
     return frames
+
+
+def is_orbital(scenario: Scenario) -> bool:
+    """Positions in the Earth-fixed frame, in km: the Earth can be drawn under them."""
+    return scenario.frame == "ITRS" and scenario.length_unit == "km" and scenario.has_positions
 
 
 def frames_from_events(events: Sequence[ev.Event], title: str = "") -> list[Frame]:
@@ -164,19 +188,20 @@ def value_range(frames: Sequence[Frame]) -> tuple[float, float] | None:
 
 
 def render_png(frame: Frame, path: str | Path, *, dpi: int = 110,
-               bounds: tuple[Position, Position] | None = None) -> None:
-    figure, axes = _figure()
+               bounds: tuple[Position, Position] | None = None,
+               map_view: bool = False) -> None:
+    figure, axes = _figure(map_view)
     scale = _colour_scale(figure, [frame])
-    _draw(axes, frame, bounds or _bounds([frame]), scale)
+    _draw_any(axes, frame, bounds or _bounds([frame]), scale, map_view)
     _save(lambda: figure.savefig(str(path), dpi=dpi), path)
 
 
 def render_gif(frames: Sequence[Frame], path: str | Path, *, dpi: int = 80,
-               seconds_per_frame: float = 1.0) -> None:
+               seconds_per_frame: float = 1.0, map_view: bool = False) -> None:
     """An animated GIF, one frame per step, on fixed axes so motion reads right."""
     from matplotlib.animation import PillowWriter
 
-    figure, axes = _figure()
+    figure, axes = _figure(map_view)
     bounds = _bounds(frames)
     scale = _colour_scale(figure, frames)
     writer = PillowWriter(fps=1.0 / seconds_per_frame)
@@ -185,7 +210,7 @@ def render_gif(frames: Sequence[Frame], path: str | Path, *, dpi: int = 80,
         with writer.saving(figure, str(path), dpi):
             for frame in frames:
                 axes.clear()
-                _draw(axes, frame, bounds, scale)
+                _draw_any(axes, frame, bounds, scale, map_view)
                 writer.grab_frame()
 
     _save(write, path)
@@ -198,15 +223,31 @@ def _save(action: Callable[[], object], path: str | Path) -> None:
         raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
-def _figure() -> tuple[Any, Any]:
+def _figure(map_view: bool = False) -> tuple[Any, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    if map_view:
+        figure = Figure(figsize=(10, 5.6))
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        figure.subplots_adjust(left=0.07, right=0.98, bottom=0.09, top=0.92)
+        return figure, axes
     figure = Figure(figsize=(8, 6.5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot(projection="3d")
     figure.subplots_adjust(left=0, right=1, bottom=0.02, top=0.93)
     return figure, axes
+
+
+def _draw_any(axes: Any, frame: Frame, bounds: tuple[Position, Position], scale: Any,
+              map_view: bool) -> None:
+    if map_view:
+        _draw_map(axes, frame, scale)
+    elif frame.earth:
+        _draw_earth(axes, frame, scale)
+    else:
+        _draw(axes, frame, bounds, scale)
 
 
 def _colour_scale(figure: Any, frames: Sequence[Frame]) -> Any:
@@ -337,3 +378,130 @@ def _limits(axes: Any, bounds: tuple[Position, Position], laid_out: bool) -> Non
         axes.set_ylabel("y", fontsize=8)
         axes.set_zlabel("z", fontsize=8)
         axes.tick_params(labelsize=7)
+
+
+def _class_style(frame: Frame, pair: Pair, linked: bool, scale: Any) -> dict[str, Any]:
+    """A pair's line: its class's colour (or its label's), bold when a link is up."""
+    cls = (frame.classes or {}).get(pair, "default")
+    base = {"color": CLASS_COLORS.get(cls, CLASS_COLORS["default"]),
+            "linewidth": 2.6 if linked else (1.8 if cls == "gsl" else 0.9),
+            "alpha": 0.95 if linked or cls == "gsl" else 0.6,
+            "linestyle": "-" if linked or frame.links is None else "--"}
+    return _style(base, frame, pair, scale)
+
+
+def _class_handles(frame: Frame) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    counts: dict[str, int] = {}
+    for pair in frame.visible:
+        cls = (frame.classes or {}).get(pair, "default")
+        counts[cls] = counts.get(cls, 0) + 1
+    handles = [Line2D([], [], color=CLASS_COLORS[c], linewidth=2, label=f"{c} ({counts[c]})")
+               for c in CLASS_COLORS if c in counts]
+    if frame.links is not None:
+        handles.append(Line2D([], [], color="black", linewidth=2.2,
+                              label=f"links up ({len(frame.links)}; bold)"))
+    return handles
+
+
+def _title(axes: Any, frame: Frame, extra: str = "") -> None:
+    head = f"{frame.title} — " if frame.title else ""
+    note = "" if frame.links is not None else "   (no events: links not shown)"
+    axes.set_title(f"{head}t = {frame.time:g} s   step {frame.index + 1}/{frame.count}"
+                   f"{extra}{note}", fontsize=10)
+
+
+def _draw_earth(axes: Any, frame: Frame, scale: Any) -> None:
+    """The Earth as a sphere (wireframe meridians and parallels), nodes and pairs on it."""
+    import numpy as np
+
+    axes.computed_zorder = False
+    u = np.linspace(0, 2 * np.pi, 48)
+    v = np.linspace(0, np.pi, 24)
+    r = EARTH_RADIUS_KM
+    axes.plot_surface(r * np.outer(np.cos(u), np.sin(v)), r * np.outer(np.sin(u), np.sin(v)),
+                      r * np.outer(np.ones_like(u), np.cos(v)), color="#aed6f1", alpha=0.45,
+                      linewidth=0, shade=False, zorder=0)
+    axes.plot_wireframe(r * np.outer(np.cos(u), np.sin(v)), r * np.outer(np.sin(u), np.sin(v)),
+                        r * np.outer(np.ones_like(u), np.cos(v)), color="#85929e",
+                        linewidth=0.3, alpha=0.6, rstride=4, cstride=4, zorder=1)
+    pos = frame.positions
+    links = frame.links or {}
+    for a, b in sorted(frame.visible):
+        if a in pos and b in pos:
+            axes.plot(*zip(pos[a], pos[b], strict=True), zorder=2,
+                      **_class_style(frame, (a, b), (a, b) in links, scale))
+    kinds = frame.kinds or {}
+    sats = [n for n in sorted(pos) if kinds.get(n) != "ground"]
+    ground = [n for n in sorted(pos) if kinds.get(n) == "ground"]
+    if sats:
+        axes.scatter(*zip(*(pos[n] for n in sats), strict=True), s=14, color=NODE_COLOR,
+                     depthshade=False, zorder=5)
+    if ground:
+        axes.scatter(*zip(*(pos[n] for n in ground), strict=True), s=60, marker="^",
+                     color=GROUND_COLOR, depthshade=False, zorder=6)
+    for n in ground + (sats if len(sats) <= 20 else []):
+        x, y, z = pos[n]
+        axes.text(x * 1.04, y * 1.04, z * 1.04, n, fontsize=7.5, fontweight="bold",
+                  color=GROUND_COLOR if n in ground else NODE_COLOR, ha="center", zorder=10,
+                  bbox={"boxstyle": "round,pad=0.1", "facecolor": "white",
+                        "edgecolor": "none", "alpha": 0.7})
+    _draw_path(axes, frame)
+    extent = max(max(abs(c) for p in pos.values() for c in p), EARTH_RADIUS_KM) * 1.02
+    for setter in (axes.set_xlim, axes.set_ylim, axes.set_zlim):
+        setter(-extent, extent)
+    axes.set_box_aspect((1, 1, 1))
+    axes.set_axis_off()
+    ground_view = [pos[n] for n in ground] or list(pos.values())
+    mean = [sum(p[k] for p in ground_view) / len(ground_view) for k in range(3)]
+    axes.view_init(elev=math.degrees(math.atan2(mean[2], math.hypot(mean[0], mean[1]))),
+                   azim=math.degrees(math.atan2(mean[1], mean[0])))
+    axes.legend(handles=_class_handles(frame), loc="upper left", fontsize=8, frameon=False)
+    _title(axes, frame)
+
+
+def _draw_map(axes: Any, frame: Frame, scale: Any) -> None:
+    """Longitude/latitude (geodetic, WGS84) of every node; pairs as straight map lines,
+    split at the antimeridian."""
+    # Lazy: the orbit libraries load only for a map of an orbital scenario
+    from nestednet.orbits.propagate import geodetic_latlon
+
+    names = sorted(frame.positions)
+    lat, lon = geodetic_latlon([frame.positions[n] for n in names])
+    where = {n: (float(lon[i]), float(lat[i])) for i, n in enumerate(names)}
+    links = frame.links or {}
+    for a, b in sorted(frame.visible):
+        (x1, y1), (x2, y2) = where[a], where[b]
+        style = _class_style(frame, (a, b), (a, b) in links, scale)
+        if abs(x2 - x1) <= 180:
+            axes.plot([x1, x2], [y1, y2], **style)
+        else:
+            shift = 360 if x2 < x1 else -360
+            axes.plot([x1, x2 + shift], [y1, y2], **style)
+            axes.plot([x1 - shift, x2], [y1, y2], **style)
+    kinds = frame.kinds or {}
+    sats = [n for n in names if kinds.get(n) != "ground"]
+    ground = [n for n in names if kinds.get(n) == "ground"]
+    if sats:
+        axes.scatter(*zip(*(where[n] for n in sats), strict=True), s=14, color=NODE_COLOR,
+                     zorder=5)
+    if ground:
+        axes.scatter(*zip(*(where[n] for n in ground), strict=True), s=70, marker="^",
+                     color=GROUND_COLOR, zorder=6)
+    for n in ground + (sats if len(sats) <= 20 else []):
+        axes.annotate(n, where[n], textcoords="offset points", xytext=(0, 6), ha="center",
+                      fontsize=7.5, fontweight="bold",
+                      color=GROUND_COLOR if n in ground else NODE_COLOR)
+    axes.set_xlim(-180, 180)
+    axes.set_ylim(-90, 90)
+    axes.set_xticks(range(-180, 181, 30))
+    axes.set_yticks(range(-90, 91, 30))
+    axes.grid(color="#d5d8dc", linewidth=0.6)
+    axes.axhline(0, color="#aab7b8", linewidth=0.8)
+    axes.set_xlabel("longitude (°)", fontsize=8)
+    axes.set_ylabel("geodetic latitude (°)", fontsize=8)
+    axes.tick_params(labelsize=7)
+    axes.set_facecolor("#f4f9fd")
+    axes.legend(handles=_class_handles(frame), loc="lower left", fontsize=8, framealpha=0.8)
+    _title(axes, frame)

@@ -52,6 +52,18 @@ class Run:
         made.begin()
         return made
 
+    @classmethod
+    def resume(cls, run_dir: str | Path, *,
+               progress: Callable[[str], None] | None = None) -> Run:
+        """A run that takes over one whose process died (killed, machine asleep), from
+        its directory (``events_path.parent``; `nestednet run` prints it last): the
+        same request, its links adopted from the lab's flows, its events file continued
+        with a ``resumed`` event, play going on from the scenario time it is now. Not
+        started: use ``with`` or `begin`."""
+        made = cls.__new__(cls)
+        made._run = runner.Run.resume(Path(run_dir), notify=progress or (lambda _text: None))
+        return made
+
     def begin(self) -> Run:
         """Start a run made with ``Run(request)``; returns it."""
         self._run.start()

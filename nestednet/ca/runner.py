@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from nestednet.model.events import Event
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS, Scenario
 from nestednet.model.scenario_file import (
     DEFAULT_IPHYS,
+    dumps_scenario,
     load_link_model,
     load_scenario,
     with_length_unit,
@@ -198,6 +201,83 @@ class Run:
         self._summary: session.RunSummary | None = None
         self._error: BaseException | None = None
         self._tail: runs.EventTail | None = None
+        self._resume: tuple[Path, dict] | None = None
+        self.run_dir: Path | None = None
+        """The run's directory (its record, and its events unless --events said where)."""
+
+    @classmethod
+    def resume(cls, run_dir: Path, *, notify: Notify = lambda text: None) -> Run:
+        """A run to take over a run whose process died, from its directory's record: the
+        same request, its events file continued, its links adopted from the flows."""
+        record = runs.read_run_record(run_dir)
+        where = Path(run_dir) / runs.RUN_RECORD
+        try:
+            asked = dict(record["request"])
+            caps = asked.pop("component_caps")
+            request = RunRequest(**asked, component_caps=tuple(caps) if caps is not None
+                                 else None)
+        except (KeyError, TypeError) as exc:
+            raise UsageError(f"{where}: not a complete run record ({exc})") from None
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        made = cls(request, notify=notify)
+        if made.lab is None:
+            raise UsageError(f"{run_dir}: lab {request.lab} no longer exists: nothing to resume")
+        made._resume = (Path(run_dir), record)
+        return made
+
+    def _record(self, run_dir: Path, events_offset: int) -> dict:
+        """What `resume` needs, as JSON: the request (a scenario object is saved beside
+        it), whether this run made its lab, and where its events start."""
+        request = self.request
+        if isinstance(request.scenario, Scenario):
+            scenario = run_dir / "scenario.json"
+            scenario.write_text(dumps_scenario(request.scenario))
+        else:
+            scenario = request.scenario.resolve()
+
+        def text(path: Path | None) -> str | None:
+            return str(path.resolve()) if path is not None else None
+
+        assert self.options.events is not None
+        return {"version": 1, "created_lab": self.options.created_lab,
+                "events": text(self.options.events), "events_offset": events_offset,
+                "pid": os.getpid(), "started_wall": time.time(),
+                "request": {
+                    "scenario": str(scenario), "lab": request.lab, "speed": request.speed,
+                    "until": request.until, "events": text(self.options.events),
+                    "remove_lab": request.remove_lab, "iphys": request.iphys,
+                    "hello_timeout": request.hello_timeout,
+                    "plot_dir": text(request.plot_dir), "link_model": text(request.link_model),
+                    "length_unit": request.length_unit, "shaping_mode": request.shaping_mode,
+                    "keep_order": request.keep_order, "routing": request.routing,
+                    "component_caps": list(request.component_caps)
+                    if request.component_caps is not None else None}}
+
+    def _take_over(self, stack: contextlib.ExitStack) -> None:
+        """Lock the lab for a resumed run: only when the run it takes over is dead."""
+        assert self._resume is not None
+        run_dir, record = self._resume
+        lab = self.request.lab
+        stack.enter_context(lock.hold(lab, lock.RUN))
+        marker = runs.RunMarker(lab).read()
+        if not marker:
+            raise UsageError(f"{run_dir}: nothing to resume: no run is recorded on lab {lab} "
+                             "(it ended, or `nestednet cleanup` undid it)")
+        if runs.alive(int(marker.get("pid", 0)), str(marker.get("start", ""))):
+            raise UsageError(f"{run_dir}: the run on lab {lab} is still going (pid "
+                             f"{marker['pid']})", hint="stop it first, or let it end")
+        stack.enter_context(runs.RunMarker(lab).held(self.request.remove_lab,
+                                                     creates=bool(record["created_lab"])))
+        self.options.created_lab = bool(record["created_lab"])
+        self.options.events = Path(record["events"])
+        origin = runs.clock_origin(self.options.events, int(record["events_offset"]),
+                                   self.request.speed)
+        end = self.scenario.duration if self.request.until is None \
+            else min(self.scenario.duration, self.request.until)
+        self.options.resume_at = 0.0 if origin is None \
+            else max(0.0, min(end, (time.time() - origin) * self.request.speed))
+        self.run_dir = run_dir
 
     def _netem(self) -> bool:
         """Whether the kernels that will shape the run's links have sch_netem: an existing
@@ -225,15 +305,24 @@ class Run:
         self._started = True
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(lock.hold(self.request.lab, lock.RUN))
-            stack.enter_context(runs.RunMarker(self.request.lab).held(self.request.remove_lab))
-            self.options.created_lab = _session().ensure_lab(self.scenario, self.options,
-                                                          notify=self._notify)
-            if self.lab is None:
-                self.lab = _open_existing(self.request.lab)
-            if self.options.events is None:
-                self.options.events = runs.results_dir(self.request.lab) / "events.jsonl"
-            self._tail = runs.EventTail(self.options.events)
+            if self._resume is not None:
+                self._take_over(stack)
+                assert self.options.events is not None
+                self._tail = runs.EventTail(self.options.events)
+            else:
+                stack.enter_context(lock.hold(self.request.lab, lock.RUN))
+                stack.enter_context(
+                    runs.RunMarker(self.request.lab).held(self.request.remove_lab))
+                self.options.created_lab = _session().ensure_lab(self.scenario, self.options,
+                                                              notify=self._notify)
+                if self.lab is None:
+                    self.lab = _open_existing(self.request.lab)
+                self.run_dir = runs.results_dir(self.request.lab)
+                if self.options.events is None:
+                    self.options.events = self.run_dir / "events.jsonl"
+                self._tail = runs.EventTail(self.options.events)
+                runs.write_run_record(self.run_dir,
+                                      self._record(self.run_dir, self._tail.offset))
             self._thread = threading.Thread(target=self._play, name="nestednet-run")
             self._thread.start()
         except BaseException:

@@ -12,6 +12,7 @@ every flow it installed.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sys
 import threading
@@ -29,7 +30,7 @@ from nestednet.ca.flows import HostsInstaller, MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import CA_NICE, ControlServer, listen
-from nestednet.errors import UsageError
+from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import designs
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.multihost import HostLinks
@@ -43,6 +44,7 @@ from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
     HOST_FLOWS,
+    RESUMED,
     ROUTE,
     host_flows_fields,
     host_flows_summary,
@@ -52,6 +54,7 @@ from nestednet.model.events import (
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
+from nestednet.model.link_table import Link as TableLink
 from nestednet.model.scenario import Scenario
 from nestednet.model.shaping_policy import ShapingPolicy
 
@@ -77,6 +80,10 @@ class RunOptions:
     """Routing strategy of a lab this run creates (an existing lab keeps its own)."""
     component_caps: tuple[str, ...] | None = None
     """Capabilities of a created lab's components (None: the default set)."""
+
+    resume_at: float | None = None
+    """Scenario time at which this run takes over a dead one (`run --resume`): the links
+    found are adopted, the step in effect then is applied, play goes on from there."""
 
     def __post_init__(self) -> None:
         if self.component_caps is not None:
@@ -125,7 +132,7 @@ def plan_shaping(scenario: Scenario, override: LinkModel | None, mode: str, sour
     sch_netem unless ``mode`` is rate-only.
     """
     resolver = LinkResolver(scenario, override, source=source)
-    if resolver.model is None and not any(step.links for step in scenario.steps):
+    if not resolver.has_models and not any(step.links for step in scenario.steps):
         return None
     policy = ShapingPolicy.choose(mode, netem_available(), keep_order=keep_order)
     for i in range(len(scenario.steps)):
@@ -176,11 +183,20 @@ class CaSession:
     """
 
     def __init__(self, scenario: Scenario, lab: Lab, events_path: Path,
-                 links: tuple[LinkResolver, ShapingPolicy] | None = None) -> None:
+                 links: tuple[LinkResolver, ShapingPolicy] | None = None, *,
+                 adopt: bool = False,
+                 on_events_failure: Callable[[OSError], None] = lambda error: None) -> None:
+        """``adopt``: take the links found on the lab as the CA's own (a resumed run)
+        instead of refusing them; ``on_events_failure``: told when the events file's
+        disk refuses a write."""
         check_fits(scenario, lab)
         self.scenario = scenario
         self.lab = lab
         self.design = designs.of(lab.meta)
+        self._adopt_found = adopt
+        self._on_events_failure = on_events_failure
+        self.adopted: list[TableLink] = []
+        """The links a resumed run found and took over."""
         try:
             self._start(scenario, lab, events_path, links)
         except BaseException:
@@ -191,14 +207,17 @@ class CaSession:
                links: tuple[LinkResolver, ShapingPolicy] | None) -> None:
         # The design says where the lab's links are: one main bridge, or one per host.
         self.links = self.design.links(lab.record, lab.meta)
-        if manual := self.links.links():
-            raise UsageError(f"lab {lab.record.lab} has {len(manual)} link(s) made by "
+        found = self.links.links()
+        if found and not self._adopt_found:
+            raise UsageError(f"lab {lab.record.lab} has {len(found)} link(s) made by "
                              "`nestednet link add`; during a run the CA makes every link",
                              hint="remove them with `nestednet link del` first")
         names = list(scenario.node_names)
         self.lab_node = {name: k for k, name in enumerate(names, 1)}
-        self.events = EventLog(events_path)
         self.table = InterNodeLinks(scenario.iphy_inventory())
+        if found:
+            self.adopted = self._adopt(found)
+        self.events = EventLog(events_path, on_failure=self._on_events_failure)
         plan = self.links.plan
         self.address = (str(plan.ca_address().ip), CA_PORT)
         self.installer: MainBridgeInstaller | HostsInstaller = (
@@ -235,6 +254,21 @@ class CaSession:
             raise
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
+
+    def _adopt(self, found: list[tuple[topo.Endpoint, topo.Endpoint]]) -> list[TableLink]:
+        """The lab's links (flows) as the table's, for a run taking over a dead one."""
+        names = {k: name for name, k in self.lab_node.items()}
+        stray = [f"{a}-{b}" for a, b in found if a.node not in names or b.node not in names]
+        links = [TableLink(names[a.node], a.iphy, names[b.node], b.iphy) for a, b in found
+                 if a.node in names and b.node in names]
+        refused = ([f"links of nodes outside the scenario: {', '.join(stray)}"] if stray
+                   else self.table.adopt(links))
+        if refused:
+            raise UsageError(f"lab {self.lab.record.lab}: the links found cannot be the "
+                             f"run's: {'; '.join(refused[:3])}",
+                             hint=f"`nestednet cleanup --lab {self.lab.record.lab}` undoes "
+                                  "the dead run instead")
+        return links
 
     def _hosts_done(self, op: str, links: int, per_host: dict[str, float]) -> None:
         """A batch's flows are in on every host it touched (CA thread): a host_flows event."""
@@ -348,6 +382,10 @@ def ensure_lab(scenario: Scenario, options: RunOptions,
     """
     if LabRecord(options.lab).exists():
         return False
+    if len(scenario.nodes) > topo.MAX_NODES:
+        raise UsageError(f"the scenario has {len(scenario.nodes)} nodes; a lab has at most "
+                         f"{topo.MAX_NODES}", hint="`visibility check` and `graph` take it; "
+                                                 "`run` needs a smaller one")
     needed_iphys = max(n.iphys for n in scenario.nodes)
     notify(f"creating lab {options.lab}: {len(scenario.nodes)} nodes x {needed_iphys} iPHYs")
     jobs = {"jobs": options.jobs} if options.jobs else {}
@@ -394,6 +432,21 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
         yield
 
 
+def events_refused(path: Path, error: OSError, summary: RunSummary) -> str:
+    """Why a run stopped when its events file's disk refused a write, naming the disk."""
+    mount = path.resolve().parent
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = os.statvfs(mount)
+        room = f", {free.f_bavail * free.f_frsize // 1024} KiB free"
+    except OSError:
+        room = ""
+    return (f"the run stopped at scenario time {summary.scenario_time:.1f} s: the disk of "
+            f"{mount} refused the events file {path} ({error.strerror}{room}); the run's "
+            "links are removed and the events written so far are intact")
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None,
         lab: Lab | None = None) -> RunSummary:
@@ -405,8 +458,15 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
     summary = RunSummary(lab=options.lab, created_lab=created, events=str(events_path))
     try:
         links = (options.links, options.shaping) if options.links and options.shaping else None
-        with prompt_thread_switches(), CaSession(scenario, lab, events_path,
-                                                 links) as ca_session:
+        resuming = options.resume_at is not None
+        with prompt_thread_switches(), CaSession(
+                scenario, lab, events_path, links, adopt=resuming,
+                on_events_failure=lambda _error: stop.set()) as ca_session:
+            if resuming:
+                ca_session.events.write(
+                    RESUMED, scenario_time=options.resume_at, pid=os.getpid(),
+                    links=[[lk.src, lk.src_iphy, lk.dst, lk.dst_iphy]
+                           for lk in ca_session.adopted])
             live.phase = "waiting for GNAB agents"
             notify(f"CA listening on {ca_session.address[0]}:{ca_session.address[1]} in "
                    f"{topo.control_netns(options.lab)}; waiting for "
@@ -430,12 +490,15 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
                   _route_events(lab, ca_session, summary.routing)):
                 result: PlayResult = player.play(stop, on_tick=tick,
-                                                 on_step_done=pictures.step_done)
+                                                 on_step_done=pictures.step_done,
+                                                 start_at=options.resume_at or 0.0)
             summary.steps_played = result.steps_played
             summary.scenario_time = result.scenario_time
             summary.interrupted = result.interrupted
             summary.links_at_end = len(table.links())
             live.phase = "stopping"
+        if (failure := ca_session.events.failure) is not None:
+            raise EnvironmentProblem(events_refused(events_path, failure, summary))
         counts = ca_session.events.counts
         summary.requests = counts["link_request"]
         summary.links_up = counts["link_up"]

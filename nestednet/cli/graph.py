@@ -49,23 +49,30 @@ def register(group: click.Group) -> None:
 @click.option("--path", "path", nargs=2, metavar="A B", default=None,
               help="Highlight a fewest-hops path from node A to node B over the links "
                    "(needs a run's events).")
+@click.option("--map", "map_view", is_flag=True,
+              help="Orbital scenarios (frame ITRS, km): a longitude/latitude map instead of "
+                   "the globe.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was drawn as JSON.")
 def graph(source: Path, output: Path, at: float | None, events_file: Path | None,
           scenario_file: Path | None, iphys: int, label: str | None, link_model: Path | None,
-          length_unit: str | None, as_json: bool,
+          length_unit: str | None, map_view: bool, as_json: bool,
           path: tuple[str, str] | None = None) -> None:
     """Draw the 3-D connectivity picture: nodes, visible pairs (faint), links (bold).
 
     SCENARIO_OR_EVENTS is a scenario file (either format) or the events file
     (JSON lines) of a run. Links are drawn only when events are given, as they
     stand once each step has settled. Scenarios without positions are drawn on
-    a circle.
+    a circle. Orbital scenarios (positions in ITRS km, as `visibility generate
+    --tle/--walker` writes them) are drawn on the Earth, or on a map with --map:
+    satellites as dots, ground stations as triangles, pairs coloured by link
+    class (isl blue, gsl orange, default grey).
 
     \b
       nestednet graph scenarios/demo-12x4.json --at 30 -o demo.png
       nestednet graph scenarios/demo-12x4.json --events run/events.jsonl -o run.gif
       nestednet graph scenarios/leo-laser-20.json --label delay -o leo.png
       nestednet graph run/events.jsonl --scenario s.json --path n1 n5 -o path.png
+      nestednet graph scenarios/leo-walker-66-gs4.json --map --at 300 -o leo-map.png
     """
     kind = output.suffix.lower()
     if kind not in (".png", ".gif"):
@@ -90,6 +97,9 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
         assert events is not None
         frames = plot.frames_from_events(events, title=source.stem)
 
+    if map_view and not frames[0].earth:
+        raise UsageError("--map draws orbital scenarios: positions in the ITRS frame, km",
+                         hint="make one with nestednet visibility generate --walker/--tle")
     if path:
         if frames[0].links is None:
             raise UsageError("--path follows links, which only a run's events give",
@@ -101,10 +111,10 @@ def graph(source: Path, output: Path, at: float | None, events_file: Path | None
         frames = [plot.with_path(frame, *path) for frame in frames]
     if kind == ".png":
         frame = plot.frame_at(frames, at) if at is not None else frames[0]
-        plot.render_png(frame, output)
+        plot.render_png(frame, output, map_view=map_view)
         drawn = [frame]
     else:
-        plot.render_gif(frames, output)
+        plot.render_gif(frames, output, map_view=map_view)
         drawn = list(frames)
     if as_json:
         print_json({"output": str(output), "frames": [

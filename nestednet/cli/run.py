@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.live import Live as RichLive
 from rich.text import Text
 
 from nestednet.api.run import RUNS_DIR, Run, RunRequest
 from nestednet.cli.nodes import COMPONENT_CAPS_OPTION, ROUTING_OPTION
 from nestednet.console import FiniteFloat, err_console, out_console, print_json, progress
-from nestednet.errors import ExitStatus
+from nestednet.errors import ExitStatus, UsageError
 from nestednet.model.link_properties import describe_link_steps
 from nestednet.model.run_report import (
     describe_host_flows,
@@ -40,7 +41,7 @@ def register(group: click.Group) -> None:
 
 
 @click.command()
-@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--lab", default="nn", show_default=True,
               help="Lab to run on; created with the scenario's shape if it does not exist.")
 @click.option("--speed", type=FiniteFloat(min=0, min_open=True), default=1.0,
@@ -74,9 +75,16 @@ def register(group: click.Group) -> None:
               help="Jitter without reordering: netem paced at each link's rate.")
 @ROUTING_OPTION
 @COMPONENT_CAPS_OPTION
+@click.option("--resume", "resume_dir", metavar="RUN_DIR",
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Take over a run whose process died (killed, machine asleep), from its "
+                   "directory (the events' directory, printed last): its own options, its "
+                   "links kept, play going on from the scenario time it is now.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
-def run(scenario: Path, lab: str, speed: float, until: float | None, events: Path | None,
-        remove_lab: bool, iphys: int | None, hello_timeout: float, as_json: bool,
+@click.pass_context
+def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
+        until: float | None, events: Path | None, remove_lab: bool, iphys: int | None,
+        hello_timeout: float, as_json: bool, resume_dir: Path | None = None,
         plot_dir: Path | None = None, link_model: Path | None = None,
         length_unit: str | None = None, shaping_mode: str = FULL,
         keep_order: bool = False, routing: str = "none",
@@ -90,6 +98,8 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
     its figures as the events file has them. Ctrl-C stops promptly, the CA removes
     the links (flows) it installed, the summary so far is printed, exit 130.
     The events file is kept after the lab (the last line says where).
+    A run whose process died (SIGKILL, a closed laptop) is taken over with
+    --resume RUN_DIR: the same options, the links it had, play from the time now.
     --routing and --component-caps apply when run creates the lab; an existing lab
     keeps what it was created with.
 
@@ -109,7 +119,19 @@ def run(scenario: Path, lab: str, speed: float, until: float | None, events: Pat
       nestednet run scenarios/uav-swarm-2g4.json --shaping rate-only   # no netem here
       nestednet run scenarios/thesis-fig-3.11.json --link-model \
           scenarios/models/wifi-2g4.json --length-unit m
+      nestednet run --resume /var/lib/nestednet/runs/demo-20261126-101500
     """
+    if resume_dir is not None:
+        given = [f"--{name.replace('_', '-')}" for name in ctx.params
+                 if name not in ("resume_dir", "as_json")
+                 and ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
+        if given:
+            raise UsageError(f"--resume takes the run's own options from "
+                             f"{resume_dir}/run.json; leave out {', '.join(given)}")
+        play(Run.resume(resume_dir, progress=progress), None, as_json)
+        return
+    if scenario is None:
+        raise UsageError("give a SCENARIO to play, or --resume RUN_DIR")
     execute(RunRequest(
         scenario=scenario, lab=lab, speed=speed, until=until, events=events,
         remove_lab=remove_lab, iphys=iphys, hello_timeout=hello_timeout, plot_dir=plot_dir,
@@ -122,11 +144,15 @@ def execute(request: RunRequest, as_json: bool) -> None:
 
     `run` and `demo` both end here, each with its own typed request.
     """
-    active = Run(request, progress=progress)
+    play(Run(request, progress=progress), request.plot_dir, as_json)
+
+
+def play(active: Run, plot_dir: Path | None, as_json: bool) -> None:
+    """Start ``active``, show it, print its summary; exit 130 after Ctrl-C."""
     with active:
         interrupted = _play(active)
     summary = active.summary()
-    _print_summary(summary, request.plot_dir, as_json)
+    _print_summary(summary, plot_dir or active.request.plot_dir, as_json)
     if interrupted:
         sys.exit(ExitStatus.INTERRUPTED)
 

@@ -11,8 +11,16 @@ from rich.table import Table
 from nestednet.console import out_console, print_json, progress
 from nestednet.errors import UsageError
 from nestednet.model import visibility as mobility
+from nestednet.model.limits import MAX_NODES as MAX_SCENARIO_NODES
 from nestednet.model.link_resolver import LinkResolver
-from nestednet.model.scenario import DEFAULT_IPHYS, LENGTH_UNITS, MAX_IPHYS, summary
+from nestednet.model.scenario import (
+    DEFAULT_IPHYS,
+    LENGTH_UNITS,
+    LINK_CLASSES,
+    MAX_IPHYS,
+    parse_start_time,
+    summary,
+)
 from nestednet.model.scenario_file import (
     FORMATS,
     load_link_model,
@@ -48,8 +56,14 @@ def visibility() -> None:
     """
 
 
+ORBIT_ONLY = ("tle", "walker", "start", "ground_stations", "isl", "isl_range_km",
+              "atmosphere_km", "write_tle", "link_classes")
+SYNTHETIC_ONLY = ("nodes", "range_", "model", "seed", "area", "altitude", "planes")
+
+
 @visibility.command()
-@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Number of nodes.")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Number of nodes (synthetic models; not with --tle/--walker).")
 @click.option("--duration", type=float, default=60.0, show_default=True,
               help="Scenario length, seconds.")
 @click.option("--step", type=float, default=6.0, show_default=True,
@@ -77,26 +91,93 @@ def visibility() -> None:
 @click.option("--link-model", "link_model", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="A link-model file to write into the scenario as its "
                                  "link_model (native format).")
+@click.option("--tle", "tle", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Real orbits: a TLE file (2 or 3 lines per object; name lines become "
+                   "node names, else s<catalogue number>). May repeat.")
+@click.option("--walker", multiple=True, metavar="ALT_KM:INC_DEG:PLANES:SATS_PER_PLANE:PHASE",
+              help="Real orbits: a Walker-delta shell (e.g. 550:53:72:22:1, Starlink shell "
+                   "1). May repeat; satellites are named w<shell>p<plane>s<slot>.")
+@click.option("--start", default=None, metavar="ISO8601",
+              help="With --tle/--walker (required): wall-clock time of step 0, with a zone, "
+                   "e.g. 2026-11-26T00:00:00Z; Walker TLEs take it as their epoch.")
+@click.option("--ground-stations", "ground_stations", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Ground stations JSON (schema nestednet/schemas/"
+                   "ground-stations.schema.json): name, lat, lon, alt_m, min_elevation_deg "
+                   "(default 25), policy all|nearest|highest.")
+@click.option("--isl", type=click.Choice(("grid", "los", "none")), default=None,
+              help="Inter-satellite visibility: grid (+Grid of Walker shells, while clear "
+                   "of the Earth and --atmosphere-km; the default with --walker only), los "
+                   "(within --isl-range-km, clear of the Earth and --atmosphere-km), none "
+                   "(the default with --tle).")
+@click.option("--isl-range-km", "isl_range_km", type=float, default=None,
+              help="With --isl los: the longest inter-satellite link, km.")
+@click.option("--atmosphere-km", "atmosphere_km", type=float, default=80.0,
+              show_default=True, help="With --isl grid|los: how high above the Earth an "
+                                      "inter-satellite sight line must stay (Hypatia's 80 km).")
+@click.option("--write-tle", "write_tle", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the satellites' TLEs (3 lines each, checksums "
+                                 "included) to this file: the Walker shells for other tools.")
+@click.option("--link-class", "link_classes", multiple=True, metavar="CLASS=MODEL.json",
+              help="A link model for one class of pair (isl, gsl or default), written into "
+                   "the scenario's link_classes; wins over --link-model for its pairs.")
 @click.option("--name", default="", help="Scenario name (default: model-NxM-seedX).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="native",
               show_default=True, help="File format to write.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="File to write.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def generate(nodes: int, duration: float, step: float, range_: float, model: str, seed: int,
-             iphys: int, area: float | None, altitude: float | None, planes: int,
-             length_unit: str | None, link_model: Path | None, name: str, fmt: str,
-             output: Path, as_json: bool) -> None:
+@click.pass_context
+def generate(ctx: click.Context, nodes: int | None, duration: float, step: float,
+             range_: float, model: str, seed: int, iphys: int, area: float | None,
+             altitude: float | None, planes: int, length_unit: str | None,
+             link_model: Path | None, tle: tuple[Path, ...], walker: tuple[str, ...],
+             start: str | None, ground_stations: Path | None, isl: str | None,
+             isl_range_km: float | None, atmosphere_km: float, write_tle: Path | None,
+             link_classes: tuple[str, ...], name: str, fmt: str, output: Path,
+             as_json: bool) -> None:
     """Generate node positions over time and write them as a scenario.
 
-    Deterministic: the same options and --seed always give the same file.
-    Visibility is derived with the same rule the parser applies (distance <= range).
+    Synthetic models (--nodes, --model): deterministic for a --seed; visibility
+    follows the parser's rule (distance <= range).
+
+    Real orbits (--tle and/or --walker, with --start): SGP4 propagation, positions
+    in ITRS (Earth-fixed) km for every node at every step, ground stations seeing
+    satellites above their elevation mask, explicit visible pairs. Nothing is
+    downloaded. Bad TLEs, times or stations: exit 2, nothing written.
 
     \b
       nestednet visibility generate --nodes 20 --model orbit --altitude 550 \\
           --planes 2 --range 5000 --length-unit km --duration 600 --step 60 \\
           --link-model scenarios/models/laser-isl.json -o leo.json
+      nestednet visibility generate --walker 550:53:6:11:1 \\
+          --start 2026-11-26T00:00:00Z --duration 600 --step 10 \\
+          --ground-stations scenarios/stations/gs4.json --iphys 5 -o leo66.json
+      nestednet visibility generate --tle starlink.tle --isl los --isl-range-km 5000 \\
+          --start 2026-11-26T12:00:00+01:00 --duration 60 --step 1 -o real.json
     """
+    given = {k for k in ctx.params
+             if ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
+    if tle or walker:
+        clash = sorted(given & set(SYNTHETIC_ONLY))
+        if clash:
+            raise UsageError(f"--{clash[0].rstrip('_').replace('_', '-')} is for synthetic "
+                             "models; --tle/--walker place the nodes themselves")
+        if fmt != "native":
+            raise UsageError("real orbits are written in the native format only")
+        if length_unit not in (None, "km"):
+            raise UsageError("real orbits are written in km (--length-unit km)")
+        _generate_orbits(tle=tle, walker=walker, start=start, ground_stations=ground_stations,
+                         isl=isl, isl_range_km=isl_range_km, atmosphere_km=atmosphere_km,
+                         write_tle=write_tle, link_classes=link_classes, duration=duration,
+                         step=step, iphys=iphys, link_model=link_model, name=name,
+                         output=output, as_json=as_json)
+        return
+    clash = sorted(given & set(ORBIT_ONLY))
+    if clash:
+        raise UsageError(f"--{clash[0].replace('_', '-')} needs --tle or --walker")
+    if nodes is None:
+        raise UsageError("give --nodes N (a synthetic model) or --tle/--walker (real orbits)")
     if fmt != "native" and (length_unit or link_model):
         raise UsageError("--length-unit and --link-model are written into native files only; "
                          "the NestedNet format has no field for them")
@@ -108,6 +189,61 @@ def generate(nodes: int, duration: float, step: float, range_: float, model: str
     write_scenario(scenario, output, fmt)
     progress(f"wrote {output} ({fmt} format)")
     _print_summary(summary(scenario) | {"format": fmt}, str(output), as_json, verb="wrote")
+
+
+def _generate_orbits(*, tle: tuple[Path, ...], walker: tuple[str, ...], start: str | None,
+                     ground_stations: Path | None, isl: str | None, isl_range_km: float | None,
+                     atmosphere_km: float, write_tle: Path | None,
+                     link_classes: tuple[str, ...], duration: float, step: float, iphys: int,
+                     link_model: Path | None, name: str, output: Path, as_json: bool) -> None:
+    # Lazy: sgp4, skyfield and numpy load only for real orbits, keeping the CLI quick
+    from nestednet.orbits import constellation, stations
+    from nestednet.orbits import tle as tles
+    from nestednet.orbits import walker as walkers
+
+    if start is None:
+        raise UsageError("--start is required with --tle/--walker: the wall-clock time of "
+                         "step 0, with a zone (e.g. 2026-11-26T00:00:00Z)")
+    try:
+        when = parse_start_time(start)
+    except ValueError as exc:
+        message = str(exc) if "zone" in str(exc) else f"not an ISO 8601 time: {start!r}"
+        raise UsageError(f"--start: {message}") from None
+    mobility.check_times(duration, step)
+    shells = [walkers.parse_walker(w) for w in walker]
+    if sum(shell.size for shell in shells) > MAX_SCENARIO_NODES:
+        raise UsageError(f"--walker: {sum(shell.size for shell in shells)} satellites, more "
+                         f"than the {MAX_SCENARIO_NODES} nodes a scenario may have")
+    satellites = []
+    for k, shell in enumerate(shells, start=1):
+        satellites += walkers.shell_tles(shell, k, when, len(satellites) + 1)
+    for path in tle:
+        satellites += tles.read_tle_file(path)
+    gs = stations.load_ground_stations(ground_stations) if ground_stations else []
+    classes = {}
+    for item in link_classes:
+        cls, sep, file = item.partition("=")
+        if not sep or cls not in LINK_CLASSES:
+            raise UsageError(f"--link-class {item!r}: expected CLASS=MODEL.json with CLASS "
+                             f"one of {', '.join(LINK_CLASSES)}")
+        classes[cls] = load_link_model(file)
+    options = constellation.Options(
+        start=when, duration=duration, step=step,
+        isl=isl or ("grid" if not tle else "none"), isl_range_km=isl_range_km,
+        atmosphere_km=atmosphere_km, iphys=iphys, name=name,
+        link_model=load_link_model(link_model) if link_model is not None else None,
+        link_classes=classes)
+    scenario = constellation.build(
+        constellation.Constellation(satellites=satellites, stations=gs, shells=shells,
+                                    only_walker=not tle), options)
+    if write_tle is not None:
+        count = tles.write_tle_file(((s.name, s.satrec()) for s in satellites), write_tle)
+        progress(f"wrote {write_tle} ({count} TLEs)")
+    write_scenario(scenario, output, "native")
+    progress(f"wrote {output} (native format, {len(satellites)} satellites, "
+             f"{len(gs)} ground stations)")
+    _print_summary(summary(scenario) | {"format": "native"}, str(output), as_json,
+                   verb="wrote")
 
 
 @visibility.command()
@@ -126,8 +262,10 @@ def check(file: Path, iphys: int, link_model: Path | None, length_unit: str | No
 
     Exit status 0 when valid; 2 with every problem and its place in the file
     (e.g. `steps[3].visible[2]: unknown node 'n13'`) when not. When links are
-    shaped (explicit values or a link model), each step also shows the
-    min/median/max one-way delay and rate over its link directions.
+    shaped (explicit values, a link model or link_classes), each step also shows
+    the min/median/max one-way delay and rate over its link directions. With
+    --json every step lists its visible pairs with their link class (isl, gsl,
+    default), distance and, per direction, delay (us), rate (bit/s) and source.
 
     \b
       nestednet visibility check scenarios/uav-swarm-2g4.json
@@ -140,9 +278,12 @@ def check(file: Path, iphys: int, link_model: Path | None, length_unit: str | No
     data = summary(scenario)
     if override is not None:
         data["link_model"] = override.document()
-    if resolver.model is not None or any(s.links for s in scenario.steps):
+    if resolver.has_models or any(s.links for s in scenario.steps):
         for step, links in zip(data["steps"], resolver.summary(), strict=True):
             step["links"] = {k: v for k, v in links.items() if k not in ("index", "time")}
+    if as_json:
+        for i, step in enumerate(data["steps"]):
+            step["pairs"] = resolver.pair_details(i)
     _print_summary(data, str(file), as_json, pairs=pairs)
 
 

@@ -104,10 +104,13 @@ class RunMarker:
         return self.root / f"{self.lab}.run"
 
     @contextlib.contextmanager
-    def held(self, remove_lab: bool) -> Iterator[None]:
+    def held(self, remove_lab: bool, creates: bool | None = None) -> Iterator[None]:
+        """``creates``: whether the run made the lab (a resumed run says what the run it
+        takes over found); default: whether the lab does not exist yet."""
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         data = {"pid": os.getpid(), "start": process_start(os.getpid()),
-                "creates": not LabRecord(self.lab, self.root).exists(),
+                "creates": not LabRecord(self.lab, self.root).exists()
+                if creates is None else creates,
                 "remove_lab": remove_lab}
         tmp = self.path.with_suffix(".run-tmp")
         tmp.write_text(json.dumps(data))
@@ -122,6 +125,58 @@ class RunMarker:
             return json.loads(self.path.read_text())
         except (OSError, json.JSONDecodeError):
             return {}
+
+
+RUN_RECORD = "run.json"
+"""In a run's directory: what the run was asked for, written before its first step, so
+`nestednet run --resume DIR` can take over a run whose process died."""
+
+
+def write_run_record(run_dir: Path, record: dict) -> Path:
+    """The run's record, written whole or not at all (0600)."""
+    path = run_dir / RUN_RECORD
+    tmp = run_dir / f".{RUN_RECORD}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=1)
+    tmp.replace(path)
+    return path
+
+
+def read_run_record(run_dir: Path) -> dict:
+    """A run directory's record; UsageError naming the file when it is missing or bad."""
+    path = Path(run_dir) / RUN_RECORD
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{run_dir}: no {RUN_RECORD} here: not a run's directory",
+                         hint=f"runs keep their directories under {RUNS_DIR}") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: cannot be read: {exc}") from None
+    if not isinstance(record, dict) or record.get("version") != 1:
+        raise UsageError(f"{path}: not a run record this NestedNet writes (version 1)")
+    return record
+
+
+def clock_origin(events: Path, offset: int, speed: float) -> float | None:
+    """The wall-clock time (Unix s) at which a run's scenario time was 0, from the first
+    step it wrote at or after byte ``offset`` of its events file; None before any step."""
+    try:
+        with events.open("rb") as f:
+            f.seek(offset)
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = parse_event(json.loads(line), f"{events} line {number}")
+                except (ValueError, UsageError):
+                    return None  # a cut last line: the run died while writing it
+                if event.event == "step" and event.wall_time is not None:
+                    return event.wall_time - event.scenario_time / speed
+    except FileNotFoundError:
+        return None
+    return None
 
 
 def markers(root: Path = LABS_DIR) -> list[RunMarker]:

@@ -38,6 +38,10 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   how far apart the hosts changed. The ``link_up``/``link_down`` events of that batch
   follow it (adds) or precede it (removes).
 
+- ``resumed``: `nestednet run --resume` took over a run whose process died, at this
+  scenario time. ``links``: the links it found and kept, ``[a, a_iphy, b, b_iphy]``
+  each; ``pid``: the process that took over. The steps before it are the dead run's.
+
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
 """
@@ -64,8 +68,9 @@ LINK_UPDATE = "link_update"
 SHAPING = "shaping"
 ROUTE = "route"
 HOST_FLOWS = "host_flows"
+RESUMED = "resumed"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
-         HOST_FLOWS)
+         HOST_FLOWS, RESUMED)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}

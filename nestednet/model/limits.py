@@ -14,7 +14,11 @@ import sys
 from typing import Any
 
 from nestednet.errors import UsageError
-from nestednet.model.topology import MAX_NODES
+
+MAX_NODES = 5_000
+"""Nodes per scenario: a lab has at most topology.MAX_NODES (999), but a constellation
+(Starlink's first shell: 1,584 satellites; StarryNet's example: 4,408) may be
+generated, checked and drawn even where it cannot run on one machine."""
 
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """A scenario file's size: decoding alone takes seconds beyond it."""

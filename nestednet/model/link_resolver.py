@@ -3,9 +3,11 @@
 First match wins:
 
 1. the step's explicit ``links`` entry for that direction (native format);
-2. the link model: the one given with ``--link-model FILE`` if any, else the
-   scenario's ``link_model``; it sees the two positions converted to metres;
-3. nothing: an ideal link (IDEAL, not shaped).
+2. the model of the pair's link class (``link_classes``: ``isl`` satellite-satellite,
+   ``gsl`` ground-satellite, ``default`` any other pair, from the nodes' kinds);
+3. the link model: the one given with ``--link-model FILE`` if any, else the
+   scenario's ``link_model``; models see the two positions converted to metres;
+4. nothing: an ideal link (IDEAL, not shaped).
 
 A model may also say a visible pair cannot link at all (a laser beyond its
 range): ``properties_for`` then returns None and the pair must stay down.
@@ -17,6 +19,7 @@ unit, so a run never starts on a file whose links cannot be worked out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +27,7 @@ from nestednet.errors import UsageError
 from nestednet.model.line_of_sight import Position, pair
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_properties import IDEAL, LinkProperties, summarise
-from nestednet.model.scenario import LENGTH_UNITS, Scenario
+from nestednet.model.scenario import LENGTH_UNITS, Scenario, link_class
 
 
 class LinkResolver:
@@ -34,12 +37,21 @@ class LinkResolver:
                  source: str = "scenario") -> None:
         self.scenario = scenario
         self.model = override if override is not None else scenario.link_model
+        self.classes = dict(scenario.link_classes)
         self._scale = LENGTH_UNITS.get(scenario.length_unit or "", 1.0)
-        if self.model is not None and self.model.USES_DISTANCE:
-            self._check_binding(source)
+        for model in (self.model, *self.classes.values()):
+            if model is not None and model.USES_DISTANCE:
+                self._check_binding(source, model.NAME)
 
-    def _check_binding(self, source: str) -> None:
-        name = self.model.NAME if self.model is not None else ""
+    @property
+    def has_models(self) -> bool:
+        """Whether any link gets its properties from a model (the default or a class's)."""
+        return self.model is not None or bool(self.classes)
+
+    def link_class(self, a: str, b: str) -> str:
+        return link_class(self.scenario.node(a), self.scenario.node(b))
+
+    def _check_binding(self, source: str, name: str) -> None:
         if self.scenario.length_unit is None:
             raise UsageError(
                 f"{source}: link model {name!r} needs distances, but the scenario states no "
@@ -55,19 +67,41 @@ class LinkResolver:
         return self.resolve(step, a, b)[0]
 
     def resolve(self, step: int, a: str, b: str) -> tuple[LinkProperties | None, str]:
-        """Properties of a -> b and where they came from ("explicit", "model", "ideal")."""
+        """Properties of a -> b and where they came from ("explicit", "class" (the pair's
+        link class model), "model", "ideal")."""
         s = self.scenario.steps[step]
         if pair(a, b) not in s.visible:
             return None, "not-visible"
         explicit = s.links.get((a, b))
         if explicit is not None:
             return explicit, "explicit"
-        if self.model is None:
+        model, origin = self.classes.get(self.link_class(a, b)), "class"
+        if model is None:
+            model, origin = self.model, "model"
+        if model is None:
             return IDEAL, "ideal"
         positions = s.positions or {}
-        origin: Position = (0.0, 0.0, 0.0)
-        return (self.model.properties(self._metres(positions.get(a, origin)),
-                                      self._metres(positions.get(b, origin))), "model")
+        zero: Position = (0.0, 0.0, 0.0)
+        return (model.properties(self._metres(positions.get(a, zero)),
+                                 self._metres(positions.get(b, zero))), origin)
+
+    def pair_details(self, step: int) -> list[dict[str, Any]]:
+        """Per visible pair of a step: class, distance (length unit), and per direction
+        where the values came from, one-way delay (us) and rate (bit/s; None: unlimited)."""
+        s = self.scenario.steps[step]
+        out = []
+        for a, b in sorted(s.visible):
+            entry: dict[str, Any] = {"pair": [a, b], "class": self.link_class(a, b)}
+            if s.positions is not None and a in s.positions and b in s.positions:
+                entry["distance"] = round(math.dist(s.positions[a], s.positions[b]), 6)
+            for src, dst in ((a, b), (b, a)):
+                props, origin = self.resolve(step, src, dst)
+                entry[f"{src}->{dst}"] = {"source": origin} | (
+                    {"link": False} if props is None else
+                    {"delay_us": props.delay_us, "rate_bps": props.rate_bps,
+                     "loss_pct": props.loss_pct})
+            out.append(entry)
+        return out
 
     def _metres(self, p: Position) -> Position:
         k = self._scale

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -37,6 +38,21 @@ MAX_IPHYS = 64
 DEFAULT_IPHYS = 4
 LENGTH_UNITS = {"m": 1.0, "km": 1000.0}
 """Metres per unit of a scenario's positions and range."""
+NODE_KINDS = ("satellite", "ground")
+LINK_CLASSES = ("isl", "gsl", "default")
+"""isl: satellite-satellite; gsl: ground-satellite; default: any other pair."""
+FRAMES = ("ITRS",)
+"""Earth-centred, Earth-fixed (ITRS/ECEF): the frame of generated orbital positions."""
+
+
+def link_class(a: NodeSpec, b: NodeSpec) -> str:
+    """The class of the pair a-b: which of a scenario's link_classes models applies."""
+    kinds = sorted((a.kind or "", b.kind or ""))
+    if kinds == ["satellite", "satellite"]:
+        return "isl"
+    if kinds == ["ground", "satellite"]:
+        return "gsl"
+    return "default"
 
 _NAME_RE = re.compile(NODE_NAME_PATTERN)
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -49,6 +65,8 @@ class NodeSpec:
     name: str
     node_id: int
     iphys: int
+    kind: str | None = None
+    """"satellite", "ground" or None (unstated): decides a pair's link class."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,14 @@ class Scenario:
     range: float | None = None
     length_unit: str | None = None
     link_model: link_models.LinkModel | None = None
+    link_classes: Mapping[str, link_models.LinkModel] = field(default_factory=dict)
+    """A model per link class (LINK_CLASSES); it wins over ``link_model`` for its pairs."""
+    clearance: float | None = None
+    """Earth occlusion: sight lines must clear a sphere of this radius (length unit)."""
+    start_time: str | None = None
+    """ISO 8601 with a zone: the wall-clock time of scenario time 0, when it has one."""
+    frame: str | None = None
+    """The frame of the positions (FRAMES), when stated."""
     _by_name: dict[str, NodeSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -232,6 +258,26 @@ def check_node_name(problems: Problems, path: Sequence[str | int], name: Any) ->
     return True
 
 
+def parse_start_time(text: str) -> datetime:
+    """An ISO 8601 time that names its zone ("Z" or "+01:00"); ValueError otherwise."""
+    when = datetime.fromisoformat(text)
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"start time {text!r} has no zone: add 'Z' (UTC) or an offset "
+                         "such as '+01:00'")
+    return when
+
+
+def check_start_time(problems: Problems, path: Sequence[str | int], text: str) -> bool:
+    try:
+        parse_start_time(text)
+    except ValueError as exc:
+        message = str(exc) if "zone" in str(exc) else \
+            f"not an ISO 8601 time ({text!r}): e.g. 2026-11-26T00:00:00Z"
+        problems.add(path, message)
+        return False
+    return True
+
+
 def check_steps_order(problems: Problems, times: Sequence[tuple[Sequence[str | int], float]],
                       duration: float | None) -> None:
     """Step times are >= 0, strictly increasing and not beyond the duration."""
@@ -277,7 +323,7 @@ def summary(scenario: Scenario) -> dict[str, Any]:
             "visible": [list(p) for p in sorted(s.visible)],
         })
         previous = s.visible
-    return {
+    out = {
         "name": scenario.name,
         "format": scenario.source_format,
         "duration": scenario.duration,
@@ -287,6 +333,16 @@ def summary(scenario: Scenario) -> dict[str, Any]:
         "length_unit": scenario.length_unit,
         "link_model": (scenario.link_model.document()
                        if scenario.link_model is not None else None),
-        "nodes": [{"name": n.name, "id": n.node_id, "iphys": n.iphys} for n in scenario.nodes],
+        "nodes": [{"name": n.name, "id": n.node_id, "iphys": n.iphys}
+                  | ({"kind": n.kind} if n.kind else {}) for n in scenario.nodes],
         "steps": steps,
     }
+    if scenario.link_classes:
+        out["link_classes"] = {k: m.document() for k, m in scenario.link_classes.items()}
+    if scenario.start_time is not None:
+        out["start_time"] = scenario.start_time
+    if scenario.frame is not None:
+        out["frame"] = scenario.frame
+    if scenario.clearance is not None and out["line_of_sight"] is not None:
+        out["line_of_sight"]["earth_occlusion"] = True
+    return out

@@ -18,16 +18,25 @@ from __future__ import annotations
 from typing import Any
 
 from nestednet.model import link_models
-from nestednet.model.line_of_sight import Pair, Position, pair, visible_pairs
+from nestednet.model.line_of_sight import (
+    ATMOSPHERE_KM,
+    EARTH_RADIUS_KM,
+    Pair,
+    Position,
+    pair,
+    visible_pairs,
+)
 from nestednet.model.link_properties import LinkProperties, PropertyError, parse_properties
 from nestednet.model.scenario import (
     DEFAULT_IPHYS,
+    LENGTH_UNITS,
     NodeSpec,
     Problems,
     Scenario,
     Step,
     check_against_schema,
     check_finite,
+    check_start_time,
     check_steps_order,
     load_schema,
 )
@@ -46,8 +55,10 @@ def schema() -> dict[str, Any]:
     doc = load_schema(SCHEMA_RESOURCE)
     declared = doc["properties"]["link_model"]
     models = {k: v for k, v in link_models.schema().items() if k not in ("$schema", "$id")}
-    properties = doc["properties"] | {"link_model": models | {
-        "description": declared["description"]}}
+    classes = doc["properties"]["link_classes"]
+    properties = doc["properties"] | {
+        "link_model": models | {"description": declared["description"]},
+        "link_classes": classes | {"properties": {k: models for k in classes["properties"]}}}
     return doc | {"properties": properties}
 
 
@@ -72,8 +83,14 @@ def parse_native(doc: Any, source: str) -> Scenario:
     range_: float | None = None
     if los is not None and check_finite(problems, ["line_of_sight", "range"], los["range"]):
         range_ = float(los["range"])
+    clearance = _clearance(los, doc.get("length_unit"), problems)
+    start_time = doc.get("start_time")
+    if start_time is not None:
+        check_start_time(problems, ["start_time"], start_time)
 
     model = parse_model_declaration(doc.get("link_model"), ["link_model"], problems)
+    classes = {k: parse_model_declaration(v, ["link_classes", k], problems)
+               for k, v in doc.get("link_classes", {}).items()}
 
     steps: list[Step] = []
     times: list[tuple[list[str | int], float]] = []
@@ -91,7 +108,7 @@ def parse_native(doc: Any, source: str) -> Scenario:
                                "{\"range\": R} at the top level")
             visible = frozenset()
         elif positions is not None and range_ is not None:
-            visible = visible_pairs(positions, range_)
+            visible = visible_pairs(positions, range_, clearance)
         else:
             visible = frozenset()
         links = _parse_links(raw.get("links", []), names, visible, path, problems)
@@ -103,7 +120,28 @@ def parse_native(doc: Any, source: str) -> Scenario:
     problems.raise_if_any()
     return Scenario(nodes=tuple(nodes), duration=float(duration), steps=tuple(steps),
                     name=doc.get("name", ""), source_format="native", range=range_,
-                    length_unit=doc.get("length_unit"), link_model=model)
+                    length_unit=doc.get("length_unit"), link_model=model,
+                    link_classes={k: m for k, m in classes.items() if m is not None},
+                    clearance=clearance, start_time=start_time, frame=doc.get("frame"))
+
+
+def _clearance(los: dict[str, Any] | None, unit: str | None, problems: Problems) -> float | None:
+    """The occlusion sphere's radius in the scenario's length unit, or None."""
+    if los is None or not los.get("earth_occlusion", False):
+        return None
+    if unit not in LENGTH_UNITS:
+        problems.add(["line_of_sight", "earth_occlusion"], "Earth occlusion needs the "
+                     "positions' unit: add \"length_unit\": \"km\" (or \"m\")")
+        return None
+    atmosphere = los.get("atmosphere_km", ATMOSPHERE_KM)
+    if not check_finite(problems, ["line_of_sight", "atmosphere_km"], atmosphere):
+        return None
+    return (EARTH_RADIUS_KM + float(atmosphere)) * 1000.0 / LENGTH_UNITS[unit]
+
+
+def clearance_atmosphere_km(clearance: float, unit: str) -> float:
+    """The atmosphere_km a clearance radius was made from (for writing it back)."""
+    return round(clearance * LENGTH_UNITS[unit] / 1000.0 - EARTH_RADIUS_KM, 6)
 
 
 def parse_model_declaration(raw: dict[str, Any] | None, path: list[str | int],
@@ -136,12 +174,23 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
         doc["iphys"] = common
     if scenario.length_unit is not None:
         doc["length_unit"] = scenario.length_unit
+    if scenario.start_time is not None:
+        doc["start_time"] = scenario.start_time
+    if scenario.frame is not None:
+        doc["frame"] = scenario.frame
     if scenario.link_model is not None:
         doc["link_model"] = scenario.link_model.document()
+    if scenario.link_classes:
+        doc["link_classes"] = {k: m.document() for k, m in scenario.link_classes.items()}
     if scenario.range is not None:
         doc["line_of_sight"] = {"rule": "distance", "range": scenario.range}
+        if scenario.clearance is not None and scenario.length_unit is not None:
+            doc["line_of_sight"] |= {"earth_occlusion": True, "atmosphere_km":
+                                     clearance_atmosphere_km(scenario.clearance,
+                                                             scenario.length_unit)}
     doc["nodes"] = [
         {"name": n.name, "id": n.node_id} | ({} if common is not None else {"iphys": n.iphys})
+        | ({"kind": n.kind} if n.kind else {})
         for n in scenario.nodes
     ]
     steps = []
@@ -151,7 +200,8 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
             out["positions"] = {name: list(s.positions[name]) for name in scenario.node_names}
         write_pairs = (explicit_pairs if explicit_pairs is not None
                        else s.positions is None or scenario.range is None
-                       or s.visible != visible_pairs(s.positions, scenario.range))
+                       or s.visible != visible_pairs(s.positions, scenario.range,
+                                                     scenario.clearance))
         if write_pairs:
             out["visible"] = [list(p) for p in sorted(s.visible)]
         if s.links:
@@ -182,7 +232,7 @@ def _parse_nodes(raw_nodes: list[dict[str, Any]], default_iphys: int,
         else:
             seen_ids[node_id] = i
         nodes.append(NodeSpec(name=name, node_id=node_id,
-                              iphys=int(raw.get("iphys", default_iphys))))
+                              iphys=int(raw.get("iphys", default_iphys)), kind=raw.get("kind")))
     return nodes
 
 

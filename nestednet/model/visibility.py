@@ -108,6 +108,15 @@ def _check_arguments(nodes: int, duration: float, step: float, range_: float, mo
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
+    check_times(duration, step)
+
+
+def check_times(duration: float, step: float) -> None:
+    """A duration and step that make between 1 and 100,000 steps."""
+    if not (math.isfinite(duration) and duration > 0):
+        raise UsageError(f"--duration must be > 0, got {duration}")
+    if not (math.isfinite(step) and step > 0):
+        raise UsageError(f"--step must be > 0, got {step}")
     if step > duration:
         raise UsageError(f"--step ({step:g}) is longer than --duration ({duration:g})")
     if duration / step - 1e-9 > 100_000:  # the count step_times() would make, without the list

@@ -154,6 +154,31 @@ def test_model_imports_only_model_errors_stdlib_and_jsonschema() -> None:
     assert not bad, bad
 
 
+ORBITS_ALLOWED_THIRD_PARTY = {"jsonschema", "numpy", "sgp4", "skyfield"}
+
+
+def test_orbits_imports_only_model_errors_stdlib_and_orbit_libraries() -> None:
+    """orbits/ is model-like (no side effects, no Docker, no OVS) but needs the orbit
+    libraries; the model itself stays free of them (the test above)."""
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        if not name.startswith("nestednet.orbits"):
+            continue
+        for target in _imports(name, path):
+            top = target.split(".")[0]
+            if top in PACKAGES:
+                ours = _resolve(target, modules)
+                if not (ours in ("nestednet", "nestednet.errors")
+                        or ours.startswith(("nestednet.model", "nestednet.orbits"))):
+                    bad.append((name, ours))
+            elif top not in sys.stdlib_module_names and top not in ORBITS_ALLOWED_THIRD_PARTY \
+                    and top != "__future__":
+                bad.append((name, target))
+    assert not bad, bad
+    assert any(n.startswith("nestednet.orbits.") for n in modules), "orbits/ not found"
+
+
 def test_graph_sees_function_level_and_relative_imports(tmp_path: Path) -> None:
     """The walk must see imports inside functions, or the circle check proves nothing."""
     path = tmp_path / "probe.py"

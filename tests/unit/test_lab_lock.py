@@ -79,8 +79,8 @@ def test_forget_while_held_does_not_let_two_hold(tmp_path):
 @pytest.mark.parametrize("doc, words", [
     ({"format": "x", "duration": 1e308, "nodes": [], "steps": []}, "duration: duration"),
     ({"duration": 1, "nodes": [{"name": "a", "id": 10**30}], "steps": []}, r"nodes\[0\].id"),
-    ({"duration": 1, "nodes": [{"name": f"n{i}", "id": i} for i in range(1000)],
-      "steps": []}, "1000 nodes, more than the limit of 999"),
+    ({"duration": 1, "nodes": [{"name": f"n{i}", "id": i} for i in range(5001)],
+      "steps": []}, "5001 nodes, more than the limit of 5000"),
     ({"duration": 1, "nodes": [], "steps": [{}] * (limits.MAX_STEPS + 1)}, "steps: 10001"),
     ({"MobilecomScnDef": {"simDuration": 1, "MobileNodeDef": [
         {"nodeName": "a", "nodeID": 1, "Time": t} for t in range(limits.MAX_STEPS + 1)]}},

@@ -255,7 +255,7 @@ BAD_ARGUMENTS = [
     (["--nodes", "3", "--duration", "100001", "--step", "1"], "more than 100000 steps"),
     (["--nodes", "3", "--duration", "1e300", "--step", "1e-300"], "more than 100000 steps"),
     (["--nodes", "x"], "Invalid value for '--nodes'"),
-    ([], "Missing option '--nodes'"),
+    ([], "give --nodes N"),
 ]
 
 
