@@ -46,6 +46,7 @@ _PUBLIC = {
     "Run": "nestednet.api.run",
     "RunRequest": "nestednet.api.run",
     "Event": "nestednet.api.run",
+    "capture": "nestednet.api.capture",
     "LinkProperties": "nestednet.model.link_properties",
     "NestedNetError": "nestednet.errors",
     "InputError": "nestednet.errors",
@@ -59,10 +60,11 @@ __all__ = [
     "LABEL_PREFIX", "Change", "Component", "CreatePlan", "Direction", "EnvironmentProblem",
     "Event", "ExitStatus", "InputError", "Interrupted", "Lab", "Link", "LinkProperties",
     "NestedNetError", "Node", "Process", "Result", "Run", "RunRequest", "Scenario",
-    "__version__", "cleanup", "delete_lab",
+    "__version__", "capture", "cleanup", "delete_lab",
 ]
 
 if TYPE_CHECKING:
+    from nestednet.api.capture import capture
     from nestednet.api.lab import CreatePlan, Lab, cleanup
     from nestednet.api.lab import delete as delete_lab
     from nestednet.api.links import Change, Direction, Link

@@ -451,6 +451,10 @@ def _class(msg: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": kind, "classid": handle_str(msg["handle"]),
                            "parent": "root" if msg["parent"] == 0xFFFFFFFF
                            else handle_str(msg["parent"])}
+    stats = msg.get_attr("TCA_STATS")
+    if stats is not None:
+        out.update(sent_packets=stats.get("packets"), dropped=stats.get("drop"),
+                   backlog_bytes=stats.get("backlog"), backlog_packets=stats.get("qlen"))
     opts = msg.get_attr("TCA_OPTIONS")
     if opts is None:
         return out

@@ -10,6 +10,7 @@ command line, which imports `nestednet`, starts without loading Docker's client)
 - `links`: `Link` with its `Direction`s; `set` returns `Change`s.
 - `scenario`: `Scenario` (load, generate, build, save).
 - `run`: `Run`, a scenario playing on a lab (typed events, stop, summary).
+- `capture`: `capture`, pcapng from iPHY ports.
 
 Errors are those of nestednet.errors: `InputError` (bad input: the message says
 where), `EnvironmentProblem` (the machine), `Interrupted`, all `NestedNetError`s.

@@ -594,6 +594,26 @@ class CommunicationAssistant:
                                      last_change=now)
         self._event("step", nodes=list(self.node_ids),
                     visible=sorted(tuple(sorted(pair)) for pair in seen))
+        self._set_visible(step, seen, now)
+
+    def override_visibility(self, visible_pairs: Iterable[tuple[str, str]],
+                            scenario_time: float) -> None:
+        """Between steps (a scenario action's cut begins or ends, at ``scenario_time``):
+        the current step's links follow ``visible_pairs`` instead, without a new step;
+        the events from here on carry that time."""
+        self._flows.wait()
+        self.progress.scenario_time = scenario_time
+        self._set_visible(self.progress.step, {frozenset(p) for p in visible_pairs},
+                          time.monotonic())
+
+    def refresh_shaping(self, scenario_time: float) -> None:
+        """Links that stay up get their properties again (a degrade began or ended at
+        ``scenario_time``, which the events from here on carry)."""
+        if self.shaping is not None:
+            self.progress.scenario_time = scenario_time
+            self._update_shaping(time.monotonic())
+
+    def _set_visible(self, step: int, seen: set[frozenset[str]], now: float) -> None:
         pairs = seen
         if self.shaping is not None:
             self.shaping.set_step(step)

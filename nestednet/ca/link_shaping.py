@@ -25,6 +25,7 @@ from nestednet.ca.assistant import LinkEnds
 from nestednet.lab.links import LabLinks
 from nestednet.lab.shaping import Direction, LabShaper, direction, iphy_port
 from nestednet.model import topology as topo
+from nestednet.model.actions import degraded
 from nestednet.model.link_properties import LinkProperties
 from nestednet.model.link_resolver import LinkResolver
 
@@ -45,6 +46,8 @@ class RunShaping:
         self.lab = lab
         self.links = links
         self.step = 0
+        self.factors: dict[frozenset[str], float] = {}
+        """Pairs under a degrade action: their properties scaled (model.actions.degraded)."""
         self.timings: list[dict[str, Any]] = []
 
     def check(self) -> dict[str, Any]:
@@ -73,8 +76,16 @@ class RunShaping:
         b = self.endpoint_of(link.b, link.b_iphy)
         forward = self.resolver.properties_for(self.step, link.a, link.b) or LinkProperties()
         backward = self.resolver.properties_for(self.step, link.b, link.a) or LinkProperties()
+        factor = self.factors.get(frozenset((link.a, link.b)))
+        if factor is not None:
+            forward, backward = degraded(forward, factor), degraded(backward, factor)
         return (direction(self.lab, a, b, forward, self.links),
                 direction(self.lab, b, a, backward, self.links))
+
+    def directions(self, link: LinkEnds) -> tuple[Direction, Direction]:
+        """Both directions of a link as they are shaped now (the fidelity check's
+        configured side)."""
+        return self._directions(link)
 
     def _payload(self, pair: tuple[Direction, Direction]) -> dict[str, Any]:
         policy = self.shaper.policy

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from nestednet.ca.assistant import CommunicationAssistant
 from nestednet.ca.server import ControlServer
@@ -19,11 +20,23 @@ class PlayResult:
     interrupted: bool
 
 
+class Cues(Protocol):
+    """A scenario's actions as the player sees them (nestednet.ca.actions.ActionPlayer):
+    cues with a ``time``, played at that time, and a filter on each step's visibility."""
+
+    cues: Sequence[Any]
+
+    def begin(self, t0_wall: float) -> None: ...
+    def visible(self, pairs: frozenset) -> frozenset: ...
+    def play(self, cue: Any, scenario_time: float) -> None: ...
+
+
 class Player:
     """Posts each step to the CA's thread when its (scaled) time comes."""
 
     def __init__(self, scenario: Scenario, server: ControlServer, ca: CommunicationAssistant,
-                 *, speed: float = 1.0, until: float | None = None) -> None:
+                 *, speed: float = 1.0, until: float | None = None,
+                 actions: Cues | None = None) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.scenario = scenario
@@ -31,33 +44,50 @@ class Player:
         self.ca = ca
         self.speed = speed
         self.end = min(scenario.duration, until) if until is not None else scenario.duration
+        self.actions = actions
 
     def apply_now(self, index: int, timeout: float = 30.0) -> None:
         """Apply step ``index`` on the CA thread and wait until it has been applied."""
         step = self.scenario.steps[index]
-        self.server.call(lambda: self.ca.apply_step(index, step.time, sorted(step.visible)),
+        visible = step.visible if self.actions is None else self.actions.visible(step.visible)
+        self.server.call(lambda: self.ca.apply_step(index, step.time, sorted(visible)),
                          timeout)
 
     def play(self, stop: threading.Event, on_tick: Callable[[float], None] = lambda t: None,
              tick: float = 0.25,
              on_step_done: Callable[[int], None] = lambda index: None,
-             start_at: float = 0.0) -> PlayResult:
+             start_at: float = 0.0,
+             on_start: Callable[[float], None] = lambda wall: None) -> PlayResult:
         """Block until the scenario ends (or ``stop`` is set); ``on_tick`` gets scenario time,
-        ``on_step_done`` each played step's index once its time is over.
+        ``on_step_done`` each played step's index once its time is over, ``on_start`` the
+        wall-clock time of scenario time 0.
 
         ``start_at``: the scenario time to start from (a resumed run): the clock starts
-        there, the step in effect then is applied at once and the earlier ones never.
+        there, the step in effect then is applied at once and the earlier ones never
+        (nor the action cues before it).
         """
         start = time.monotonic() - start_at / self.speed
+        on_start(time.time() - start_at / self.speed)
         current = self.step_at(start_at)
         played, last = 0, None
-        for index, step in enumerate(self.scenario.steps):
-            if step.time > self.end:
+        # Steps and action cues in time order; at one instant the cues go first, so a
+        # step that starts with a cut is filtered from its first moment.
+        timeline: list[tuple[float, int, int, Any]] = [
+            (step.time, 1, index, None) for index, step in enumerate(self.scenario.steps)
+            if index >= current]
+        if self.actions is not None:
+            self.actions.begin(time.time() - start_at / self.speed)
+            timeline += [(cue.time, 0, n, cue) for n, cue in enumerate(self.actions.cues)
+                         if cue.time >= start_at]
+        for when, _, index, cue in sorted(timeline, key=lambda item: item[:3]):
+            if when > self.end:
                 break
-            if index < current:
-                continue
-            if self._wait_until(start, step.time, stop, on_tick, tick):
+            if self._wait_until(start, when, stop, on_tick, tick):
                 return PlayResult(played, self._now(start), True)
+            if cue is not None:
+                assert self.actions is not None
+                self.actions.play(cue, when)
+                continue
             if last is not None:
                 on_step_done(last)
             self.apply_now(index)

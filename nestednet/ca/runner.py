@@ -84,6 +84,8 @@ class RunRequest:
     """Routing of a lab this run creates (an existing lab keeps its own)."""
     component_caps: tuple[str, ...] | None = None
     """Capabilities of a created lab's components; None: the default set."""
+    allow_faults: bool = False
+    """Let crash/churn actions freeze nodes of a lab this run did not create."""
 
     def __post_init__(self) -> None:
         for name in ("scenario", "events", "plot_dir", "link_model"):
@@ -141,6 +143,16 @@ def _open_existing(name: str) -> Lab | None:
     return Lab.open(name) if LabRecord(name).exists() else None
 
 
+def check_faults_allowed(scenario: Scenario, request: RunRequest, lab: Lab | None,
+                         source: str) -> None:
+    """A crash freezes a node: on a lab the run did not make, only when asked (exit 2)."""
+    crashes = [a for a in scenario.actions if a.kind in ("crash", "churn")]
+    if crashes and not request.allow_faults and lab is not None:
+        raise UsageError(f"{source}: {crashes[0].label}: lab {request.lab} exists "
+                         "and this run did not create it; a crash would freeze its nodes",
+                         hint="add --allow-faults, or run on a new --lab (run creates it)")
+
+
 class Run:
     """A scenario played on a lab: made (checked), entered (started), left (finished).
 
@@ -180,6 +192,7 @@ class Run:
                 length_unit=request.length_unit)
         if self.lab is not None:
             _session().check_fits(self.scenario, self.lab)
+        check_faults_allowed(self.scenario, request, self.lab, source)
         model = load_link_model(request.link_model) if request.link_model is not None \
             else None
         links = _session().plan_shaping(self.scenario, model, request.shaping_mode,

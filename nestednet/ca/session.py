@@ -25,13 +25,15 @@ from pathlib import Path
 
 from nestednet import connectivity_plot
 from nestednet.adapters import netlink
+from nestednet.ca.actions import ActionPlayer
 from nestednet.ca.assistant import CommunicationAssistant, EventLog, StepProgress, ends_of
+from nestednet.ca.fidelity import FidelityCheck
 from nestednet.ca.flows import HostsInstaller, MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
 from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import EnvironmentProblem, UsageError
-from nestednet.lab import designs
+from nestednet.lab import designs, runs
 from nestednet.lab.create import CreateRequest, create
 from nestednet.lab.multihost import HostLinks
 from nestednet.lab.nodes import Lab
@@ -40,10 +42,13 @@ from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
+from nestednet.model.actions import actions_summary
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
+    FIDELITY,
     HOST_FLOWS,
+    PLAY,
     RESUMED,
     ROUTE,
     host_flows_fields,
@@ -51,6 +56,7 @@ from nestednet.model.events import (
     negotiation_summary,
     route_summary,
 )
+from nestednet.model.fidelity import summary as fidelity_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -116,6 +122,10 @@ class RunSummary:
     routing: str = "none"
     routes: list = field(default_factory=list)
     """events.route_summary of this run: route changes per step and node, convergence."""
+    actions: dict = field(default_factory=dict)
+    fidelity: dict = field(default_factory=dict)
+    """model.fidelity.summary: shaped directions checked at each step's end, matched."""
+    """model.actions.actions_summary: cues played and failed, per measurement its figures."""
     host_flows: dict = field(default_factory=dict)
     """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
     hosts and the spread between hosts, p50/p90/max ms; empty on one host."""
@@ -432,6 +442,29 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
         yield
 
 
+def _check_events(ca_session: CaSession, path: Path, summary: RunSummary) -> None:
+    """EnvironmentProblem when the events file's disk refused a write (the run was stopped
+    for it); raised inside the session, whose close removes the links."""
+    if (failure := ca_session.events.failure) is not None:
+        raise EnvironmentProblem(events_refused(path, failure, summary))
+
+
+def _clock_started(ca_session: CaSession, clock: runs.ScenarioClock, t0_wall: float,
+                   speed: float, events_path: Path) -> None:
+    """Scenario time 0 is ``t0_wall``: a `play` event says so (a report places events by
+    their wall time with it) and captures beside the run read it from the clock file."""
+    ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed)
+    clock.start(t0_wall, speed, events_path)
+
+
+def _actions(scenario: Scenario, ca_session: CaSession, events_path: Path,
+             speed: float) -> ActionPlayer | None:
+    """The scenario's actions, played beside the steps (None: it has none)."""
+    if not scenario.actions:
+        return None
+    return ActionPlayer(scenario, ca_session, events_path.parent, speed=speed)
+
+
 def events_refused(path: Path, error: OSError, summary: RunSummary) -> str:
     """Why a run stopped when its events file's disk refused a write, naming the disk."""
     mount = path.resolve().parent
@@ -472,12 +505,14 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                    f"{topo.control_netns(options.lab)}; waiting for "
                    f"{len(ca_session.lab_node)} GNAB HELLOs")
             if not ca_session.wait_for_hellos(options.hello_timeout, stop):
+                _check_events(ca_session, events_path, summary)
                 summary.interrupted = True
                 return summary
             live.phase = "playing"
             live.duration, live.steps = scenario.duration, len(scenario.steps)
+            actions = _actions(scenario, ca_session, events_path, options.speed)
             player = Player(scenario, ca_session.server, ca_session.ca, speed=options.speed,
-                            until=options.until)
+                            until=options.until, actions=actions)
             ca, table = ca_session.ca, ca_session.table
 
             def tick(t: float) -> None:
@@ -488,17 +523,29 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
 
             summary.routing = lab.meta.get("routing", "none")
             with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
-                  _route_events(lab, ca_session, summary.routing)):
-                result: PlayResult = player.play(stop, on_tick=tick,
-                                                 on_step_done=pictures.step_done,
-                                                 start_at=options.resume_at or 0.0)
+                  _route_events(lab, ca_session, summary.routing),
+                  contextlib.closing(actions) if actions else contextlib.nullcontext()):
+                clock = runs.ScenarioClock(options.lab)
+                try:
+                    fidelity = FidelityCheck(ca_session)
+
+                    def step_done(index: int) -> None:
+                        pictures.step_done(index)
+                        fidelity.step_done(index)
+
+                    result: PlayResult = player.play(
+                        stop, on_tick=tick, on_step_done=step_done,
+                        start_at=options.resume_at or 0.0,
+                        on_start=lambda wall: _clock_started(ca_session, clock, wall,
+                                                             options.speed, events_path))
+                finally:
+                    clock.stop()
             summary.steps_played = result.steps_played
             summary.scenario_time = result.scenario_time
             summary.interrupted = result.interrupted
             summary.links_at_end = len(table.links())
             live.phase = "stopping"
-        if (failure := ca_session.events.failure) is not None:
-            raise EnvironmentProblem(events_refused(events_path, failure, summary))
+            _check_events(ca_session, events_path, summary)
         counts = ca_session.events.counts
         summary.requests = counts["link_request"]
         summary.links_up = counts["link_up"]
@@ -512,6 +559,11 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
                 :summary.steps_played]
         summary.routes = route_summary(ca_session.events.records)
         summary.host_flows = host_flows_summary(ca_session.events.records)
+        if scenario.actions:
+            summary.actions = actions_summary(ca_session.events.records)
+        if ca_session.shaping is not None:
+            summary.fidelity = fidelity_summary(e.extra for e in ca_session.events.records
+                                                if e.event == FIDELITY)
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

@@ -12,6 +12,8 @@ One module per command family, each adding its commands to `main` in `register`:
 - `links`: link add/del/list, flows on the main bridge.
 - `run`, `demo`: play a scenario with the communication assistant.
 - `visibility`, `graph`: generate and check scenarios, draw them.
+- `capture`: pcapng from iPHY ports (nestednet.lab.capture).
+- `report`: a run's results page (nestednet.report).
 - `bench`: the paper's measurements, nested vs flat.
 - `hosts`: planning labs over several hosts (placement, tunnels).
 
@@ -25,6 +27,7 @@ import click
 from nestednet import __version__
 from nestednet.cli import (
     bench,
+    capture,
     demo,
     doctor,
     graph,
@@ -32,6 +35,7 @@ from nestednet.cli import (
     images,
     links,
     nodes,
+    report,
     run,
     visibility,
 )
@@ -58,5 +62,6 @@ def main() -> None:
     """
 
 
-for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts):
+for _module in (doctor, images, nodes, links, run, demo, visibility, graph, bench, hosts,
+                report, capture):
     _module.register(main)

@@ -23,6 +23,8 @@ from nestednet.console import FiniteFloat, err_console, out_console, print_json,
 from nestednet.errors import ExitStatus, UsageError
 from nestednet.model.link_properties import describe_link_steps
 from nestednet.model.run_report import (
+    describe_actions,
+    describe_fidelity,
     describe_host_flows,
     describe_negotiation,
     describe_routes,
@@ -75,6 +77,9 @@ def register(group: click.Group) -> None:
               help="Jitter without reordering: netem paced at each link's rate.")
 @ROUTING_OPTION
 @COMPONENT_CAPS_OPTION
+@click.option("--allow-faults", is_flag=True,
+              help="Let the scenario's crash and churn actions freeze nodes of a lab this "
+                   "run did not create (refused otherwise).")
 @click.option("--resume", "resume_dir", metavar="RUN_DIR",
               type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Take over a run whose process died (killed, machine asleep), from its "
@@ -88,7 +93,7 @@ def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
         plot_dir: Path | None = None, link_model: Path | None = None,
         length_unit: str | None = None, shaping_mode: str = FULL,
         keep_order: bool = False, routing: str = "none",
-        component_caps: tuple[str, ...] | None = None) -> None:
+        component_caps: tuple[str, ...] | None = None, allow_faults: bool = False) -> None:
     """Play SCENARIO on a lab: the CA negotiates links with every GNAB as visibility changes.
 
     \b
@@ -110,6 +115,10 @@ def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
     removed when it goes down; link_up and link_update events carry the values.
     A kernel without sch_netem refuses delay, jitter and loss (exit 2) unless
     --shaping rate-only. Everything is checked before the lab is touched.
+
+    The scenario's "actions" (scenarios/actions.schema.json) play with the steps:
+    link-down/up, flap, partition, degrade, crash/restart, churn, exec, ping and
+    iperf; their results are events in the run directory (`nestednet report DIR`).
 
     \b
     Examples:
@@ -136,7 +145,8 @@ def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
         scenario=scenario, lab=lab, speed=speed, until=until, events=events,
         remove_lab=remove_lab, iphys=iphys, hello_timeout=hello_timeout, plot_dir=plot_dir,
         link_model=link_model, length_unit=length_unit, shaping_mode=shaping_mode,
-        keep_order=keep_order, routing=routing, component_caps=component_caps), as_json)
+        keep_order=keep_order, routing=routing, component_caps=component_caps,
+        allow_faults=allow_faults), as_json)
 
 
 def execute(request: RunRequest, as_json: bool) -> None:
@@ -248,6 +258,12 @@ def _print_summary(summary: session.RunSummary, plot_dir: Path | None, as_json: 
         out_console.print(hosts_line, highlight=False, soft_wrap=True)
     out_console.print(describe_routes(summary.routing, summary.routes),
                       highlight=False, soft_wrap=True)
+    if summary.fidelity:
+        out_console.print(describe_fidelity(summary.fidelity), highlight=False,
+                          soft_wrap=True)
+    if summary.actions:
+        out_console.print(describe_actions(summary.actions), highlight=False,
+                          soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:

@@ -197,3 +197,38 @@ def alive(pid: int, start: str) -> bool:
     """True when ``pid`` runs and (if ``start`` is given) is the same process."""
     now = process_start(pid)
     return bool(now) and (not start or now == start)
+
+
+@dataclass(frozen=True)
+class ScenarioClock:
+    """`<labs>/<lab>.clock`: while a run plays, when its scenario time 0 was (Unix
+    seconds) and its speed, so a capture beside it can stamp packets with scenario time."""
+
+    lab: str
+    root: Path = LABS_DIR
+
+    @property
+    def path(self) -> Path:
+        return self.root / f"{self.lab}.clock"
+
+    def start(self, t0_wall: float, speed: float, events: Path | None) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(".clock-tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "start": process_start(os.getpid()),
+                                   "t0_wall": t0_wall, "speed": speed,
+                                   "events": str(events) if events else None}))
+        tmp.replace(self.path)
+
+    def stop(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def read(self) -> dict | None:
+        """The clock of a run playing now, or None (none, or its process is gone)."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        pid = data.get("pid")
+        if not isinstance(pid, int) or process_start(pid) != data.get("start"):
+            return None
+        return data

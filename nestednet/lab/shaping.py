@@ -243,7 +243,9 @@ def kernel_properties(port_state: dict[str, Any]) -> dict[str, Any] | None:
     netem = {q["handle"]: q for q in port_state["qdiscs"]}.get(tcplan.leaf_qdisc(0), {})
     return {"rate_bps": leaf.get("rate_bps"), "delay_us": netem.get("delay_us"),
             "jitter_us": netem.get("jitter_us"), "loss_pct": netem.get("loss_pct"),
-            "netem_limit": netem.get("limit"), "dropped": netem.get("dropped")}
+            "netem_limit": netem.get("limit"), "dropped": netem.get("dropped"),
+            "class_dropped": leaf.get("dropped"), "backlog_bytes": leaf.get("backlog_bytes"),
+            "backlog_packets": leaf.get("backlog_packets")}
 
 
 def _load(path: Path) -> dict[str, dict[str, Any]]:

@@ -41,6 +41,24 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
 - ``resumed``: `nestednet run --resume` took over a run whose process died, at this
   scenario time. ``links``: the links it found and kept, ``[a, a_iphy, b, b_iphy]``
   each; ``pid``: the process that took over. The steps before it are the dead run's.
+- ``play``: the scenario clock started: ``t0_wall`` (Unix seconds of scenario time 0)
+  and ``speed``; an event's scenario time is then (wall_time - t0_wall) x speed, which
+  the CA's own events (stamped with the time of the step or action cue they follow)
+  only approximate.
+- ``action``: a scenario action's cue was played (nestednet.model.actions). ``action``:
+  its kind, ``op`` (cut, uncut, crash, restart, degrade, undegrade, start, stop),
+  ``index`` in the scenario's ``actions``; per op ``visible_after`` (pairs left visible),
+  ``target``, ``factor``, ``output``, ``exit_codes``; ``error`` when it failed.
+- ``ping``: one probe of a ping action: ``nodes: [src, dst]``, ``index``, ``seq``,
+  ``rtt_ms`` (null: no answer). ``scenario_time`` is when ping printed it.
+- ``iperf``: one interval of an iperf action: ``nodes: [client, server]``, ``index``,
+  ``protocol``, ``interval: [start, end]`` (scenario seconds), ``bps``; ``summary``
+  (sender|receiver) on iperf3's totals; ``error`` when it could not run.
+
+- ``fidelity``: at the end of step ``checked_step``, one shaped direction of a link:
+  ``nodes``, ``port`` (the receiving port), ``direction``, ``configured`` (properties),
+  ``kernel`` (what tc holds: rate, delay, jitter, loss, drops, backlog; null: no tree),
+  ``matched`` and ``differences`` (text per property that differs).
 
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
@@ -69,8 +87,13 @@ SHAPING = "shaping"
 ROUTE = "route"
 HOST_FLOWS = "host_flows"
 RESUMED = "resumed"
+ACTION = "action"
+PING = "ping"
+IPERF = "iperf"
+FIDELITY = "fidelity"
+PLAY = "play"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
-         HOST_FLOWS, RESUMED)
+         HOST_FLOWS, RESUMED, ACTION, PING, IPERF, FIDELITY, PLAY)
 
 _KNOWN_FIELDS = {"event", "scenario_time", "wall_time", "step", "nodes", "iphys", "visible",
                  "positions", "reason", "latency_ms"}

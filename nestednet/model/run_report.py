@@ -44,3 +44,28 @@ def describe_negotiation(negotiation: dict) -> str:
     return (f"link requests {negotiation['requests']}, refused {negotiation['refused']}: "
             f"{reasons}; request -> flows in: {figures}"
             + (f" (p50/p99 ms: {split})" if split else ""))
+
+
+def describe_fidelity(fidelity: dict) -> str:
+    """One line for a person: shaped directions whose kernel state matched the config."""
+    line = (f"fidelity: {fidelity['matched']} of {fidelity['checks']} shaped directions "
+            "matched what was configured at their step's end")
+    if fidelity["mismatched"]:
+        first = fidelity["mismatched"][0]
+        line += (f"; e.g. step {first['checked_step'] + 1} port {first['port']}: "
+                 f"{'; '.join(first['differences'])}")
+    return line
+
+
+def describe_actions(actions: dict) -> str:
+    """One line for a person: cues played, and each ping's loss and iperf's throughput."""
+    parts = [f"actions: {actions['cues']} cues played, {actions['failed']} failed"]
+    for index, ping in actions["ping"].items():
+        rtt = f", RTT p50 {ping['rtt_ms_p50']:.2f} ms" if ping["rtt_ms_p50"] is not None else ""
+        parts.append(f"ping[{index}] {'-'.join(ping['nodes'])}: {ping['answered']}/"
+                     f"{ping['probes']} answered ({ping['loss_pct']:g} % lost){rtt}")
+    for index, iperf in actions["iperf"].items():
+        mean = f"{iperf['mean_bps'] / 1e6:.1f} Mbit/s" if iperf["mean_bps"] else "no data"
+        parts.append(f"iperf[{index}] {'-'.join(iperf['nodes'])}: {mean} over "
+                     f"{iperf['intervals']} intervals")
+    return "; ".join(parts)

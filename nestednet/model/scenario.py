@@ -113,6 +113,8 @@ class Scenario:
     """ISO 8601 with a zone: the wall-clock time of scenario time 0, when it has one."""
     frame: str | None = None
     """The frame of the positions (FRAMES), when stated."""
+    actions: tuple[Any, ...] = ()
+    """nestednet.model.actions.Action entries, checked against this scenario."""
     _by_name: dict[str, NodeSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

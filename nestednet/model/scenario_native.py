@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nestednet.model import actions as scenario_actions
 from nestednet.model import link_models
 from nestednet.model.line_of_sight import (
     ATMOSPHERE_KM,
@@ -58,7 +59,8 @@ def schema() -> dict[str, Any]:
     classes = doc["properties"]["link_classes"]
     properties = doc["properties"] | {
         "link_model": models | {"description": declared["description"]},
-        "link_classes": classes | {"properties": {k: models for k in classes["properties"]}}}
+        "link_classes": classes | {"properties": {k: models for k in classes["properties"]}},
+        "actions": scenario_actions.schema()}
     return doc | {"properties": properties}
 
 
@@ -118,11 +120,16 @@ def parse_native(doc: Any, source: str) -> Scenario:
     check_steps_order(problems, times,
                       float(duration) if isinstance(duration, int | float) else None)
     problems.raise_if_any()
+    actions = scenario_actions.parse_actions(
+        doc.get("actions"), nodes={n.name: n.iphys for n in nodes}, duration=float(duration),
+        shaped=model is not None or any(s.links for s in steps), problems=problems)
+    problems.raise_if_any()
     return Scenario(nodes=tuple(nodes), duration=float(duration), steps=tuple(steps),
                     name=doc.get("name", ""), source_format="native", range=range_,
                     length_unit=doc.get("length_unit"), link_model=model,
                     link_classes={k: m for k, m in classes.items() if m is not None},
-                    clearance=clearance, start_time=start_time, frame=doc.get("frame"))
+                    clearance=clearance, start_time=start_time, frame=doc.get("frame"),
+                    actions=actions)
 
 
 def _clearance(los: dict[str, Any] | None, unit: str | None, problems: Problems) -> float | None:
@@ -208,6 +215,8 @@ def to_native(scenario: Scenario, *, explicit_pairs: bool | None = None) -> dict
             out["links"] = links_document(s.links)
         steps.append(out)
     doc["steps"] = steps
+    if scenario.actions:
+        doc["actions"] = scenario_actions.document(scenario.actions)
     return doc
 
 

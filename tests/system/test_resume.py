@@ -122,9 +122,9 @@ def test_a_killed_run_is_resumed_with_its_links_and_one_event_stream(tmp_path):
 
 
 def test_a_full_events_disk_stops_the_run_cleanly_and_names_the_disk(tmp_path):
-    """A 64 KiB tmpfs holds the events file, filled until about 3 KiB are left: small-4x2's
-    events outgrow it mid-run. The run must stop (exit 1) naming that disk, with its links
-    removed, and the file must end on a whole line."""
+    """A 64 KiB tmpfs holds the events file, filled until 4 KiB are left: small-4x2's
+    events (about 9 KB) outgrow it mid-run. The run must stop (exit 1) naming that disk,
+    with its links removed, and the file must end on a whole line."""
     forget(LAB)
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -139,7 +139,8 @@ def test_a_full_events_disk_stops_the_run_cleanly_and_names_the_disk(tmp_path):
             pass
         finally:
             os.close(fd)
-        os.truncate(filler, filler.stat().st_size - 3 * 1024)
+        # tmpfs counts whole pages: free exactly one (step 0 fits, the run's rest does not)
+        os.truncate(filler, (filler.stat().st_size // 4096 - 1) * 4096)
         events = disk / "events.jsonl"
         done = subprocess.run([CLI, "run", str(SCENARIO), "--lab", LAB, "--speed", "3",
                                "--events", str(events)], capture_output=True, text=True,

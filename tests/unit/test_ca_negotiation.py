@@ -1034,3 +1034,44 @@ print(json.dumps({{"told": [e.errno for e in told], "records": len(log.records),
     assert 0 < len(data) <= 1000 and data.endswith(b"\n")
     lines = [json.loads(line) for line in data.decode().splitlines()]
     assert [r["step"] for r in lines] == list(range(len(lines))) and len(lines) < 40
+
+
+def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
+    """small-4x2 (steps at 0, 10, 20 s) with n1-n2 down from 5 to 15 s: the cut is played
+    at 5 (before the step at 10, which it filters) and lifted at 15; the step at 0 and
+    the one at 20 are untouched (n1-n2 is not visible at 20 anyway)."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from nestednet.ca.actions import ActionPlayer
+    from nestednet.ca.player import Player
+    from nestednet.model.scenario_file import parse_scenario
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json"
+    doc = json.loads(path.read_text()) | {"actions": [
+        {"action": "link-down", "from": 5, "until": 15, "between": ["n2", "n1"]}]}
+    scenario = parse_scenario(doc, "s")
+    table = InterNodeLinks(scenario.iphy_inventory())
+    server = ControlServer(listen("127.0.0.1", 0))
+    events = EventLog(None)
+    ca = CommunicationAssistant(server, table, RecordingInstaller(),
+                                node_ids={n.name: n.node_id for n in scenario.nodes},
+                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
+                                events=events)
+    server.start(ca)
+    session = SimpleNamespace(server=server, ca=ca, events=events, shaping=None)
+    actions = ActionPlayer(scenario, session, Path("/nonexistent"), speed=200)
+    try:
+        Player(scenario, server, ca, speed=200, actions=actions).play(threading.Event())
+    finally:
+        actions.close()
+        server.stop()
+    order = [(e.event, e.scenario_time, e.extra.get("op")) for e in events.records
+             if e.event in ("step", "action")]
+    assert order == [("step", 0, None), ("action", 5, "cut"), ("step", 10, None),
+                     ("action", 15, "uncut"), ("step", 20, None)]
+    steps = [e for e in events.records if e.event == "step"]
+    assert ("n1", "n2") in steps[0].visible and ("n1", "n2") not in steps[1].visible
+    cut, uncut = (e for e in events.records if e.event == "action")
+    assert cut.extra["visible_after"] == 2 and uncut.extra["visible_after"] == 4
