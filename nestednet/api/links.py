@@ -106,23 +106,34 @@ class Link:
     @property
     def broken(self) -> str | None:
         """Why it carries nothing (an end's node is dead), as read by `Lab.links`."""
-        return None if self._row is None else self._row.get("broken")
+        return self._listed().get("broken")
 
     @property
     def directions(self) -> list[Direction]:
-        """Both directions, a to b first, as read by `Lab.links` (see `refresh`)."""
-        row = self._row or self.refresh()._row or {}
+        """Both directions, a to b first, as read by `Lab.links` (read now when this
+        handle has no reading yet; `refresh` reads again)."""
+        row = self._listed()
         return [Direction(d["from"], d["to"],
                           None if d["configured"] is None else LinkProperties(**d["configured"]),
                           d["kernel"], d.get("mode")) for d in row.get("directions", [])]
 
     def refresh(self) -> Link:
-        """This link as it is now (InputError when it is gone)."""
-        return self._lab.get_link(self.a, self.b)
+        """This link as it is now, configured and kernel-held properties read again
+        (InputError when it is gone)."""
+        for link in self._lab.links():
+            if link == self:
+                return link
+        raise InputError(f"no link {self.a} <-> {self.b}")
+
+    def _listed(self) -> dict[str, Any]:
+        if self._row is None:
+            self._row = self.refresh()._row
+        assert self._row is not None
+        return self._row
 
     def as_dict(self) -> dict[str, Any]:
         """What `nestednet link list --json` prints for it."""
-        return dict(self._row) if self._row is not None else self.refresh().as_dict()
+        return dict(self._listed())
 
     def set(self, *, rate: LinkValue = None, delay: LinkValue = None,
             jitter: LinkValue = None, loss: LinkValue = None, direction: str = shaping.BOTH,

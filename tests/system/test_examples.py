@@ -7,6 +7,7 @@ runs the iperf3 one too.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,19 @@ def test_iperf_rate_change_is_plotted(tmp_path: Path) -> None:
     before = float(words[words.index("change") + 1])
     after = float(words[words.index("after") + 1])
     assert 15 <= before <= 21 and 3.5 <= after <= 5.5, done.stdout
+
+
+def test_the_readme_python_tour_runs_as_written() -> None:
+    """The Python part of the README's tour (shown on the docs' home page too)."""
+    text = (ROOT / "README.md").read_text()
+    tour = text[text.index("[start:tour]"):text.index("[end:tour]")]
+    code = tour[tour.index("```python\n") + len("```python\n"):]
+    code = code[:code.index("```")]
+    lab = re.search(r'Lab\.create\("(\w+)"', code).group(1)
+    forget(lab)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 packets transmitted, 2 received" in done.stdout
+    assert "rate_bps=5000000" in done.stdout, "the rate was set in place"
+    assert not (Path("/var/lib/nestednet/labs") / lab).exists()
