@@ -158,6 +158,12 @@ def _crashed_runs(client: docker.DockerClient, ovs: Ovsdb, dry_run: bool,
                         links.clear()
                     result.items.extend(f"link {a} <-> {b} (lab {marker.lab}, run killed)"
                                         for a, b in found)
+                clock = runs.ScenarioClock(marker.lab, marker.root).path
+                for left in (clock, clock.with_suffix(".clock-tmp")):
+                    if left.exists():
+                        result.add(f"file {left} (clock of a killed run)")
+                        if not dry_run:
+                            left.unlink(missing_ok=True)
                 if not dry_run:
                     marker.path.unlink(missing_ok=True)
         except UsageError as busy:
