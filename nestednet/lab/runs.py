@@ -62,13 +62,16 @@ class EventTail:
     """Follows an events file as the CA appends to it, from a starting offset.
 
     Only whole lines are read; a line still being written is picked up next time.
+    ``from_start``: read what is there already too (a viewer of a finished run);
+    ``skip_bad``: leave out a line that is not an event instead of raising.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, from_start: bool = False, skip_bad: bool = False) -> None:
         self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
+        self.offset = 0 if from_start or not path.exists() else path.stat().st_size
         """Earlier runs' events (an --events file that exists) are skipped."""
         self._line = 0
+        self._skip_bad = skip_bad
 
     def read(self) -> list[Event]:
         try:
@@ -82,8 +85,13 @@ class EventTail:
         events = []
         for line in data[:end].decode("utf-8", errors="replace").splitlines():
             self._line += 1
-            if line.strip():
+            if not line.strip():
+                continue
+            try:
                 events.append(parse_event(json.loads(line), f"{self.path} line {self._line}"))
+            except (ValueError, UsageError):
+                if not self._skip_bad:
+                    raise
         return events
 
 

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestednet.errors import UsageError
 from nestednet.model import events as ev
@@ -38,6 +38,9 @@ from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.scenario import DEFAULT_IPHYS, Scenario
 from nestednet.model.scenario_file import load_scenario
 from nestednet.view.state import LinkView, ViewState, scenario_events
+
+if TYPE_CHECKING:
+    from nestednet.lab.runs import EventTail
 
 RUNS_DIR = Path(os.environ.get("NESTEDNET_RUNS_DIR", "/var/lib/nestednet/runs"))
 LABS_DIR = Path(os.environ.get("NESTEDNET_LABS_DIR", "/var/lib/nestednet/labs"))
@@ -92,36 +95,13 @@ class Source(abc.ABC):
 # --- shared pieces --------------------------------------------------------------------
 
 
-class EventsFollower:
-    """Reads an events file from its start and then what is appended; whole lines only
-    (a line still being written is picked up on the next read)."""
+def follow(path: Path) -> EventTail:
+    """An events file from its start, then what is appended; whole lines only, and a torn
+    or foreign line is skipped (the view shows what it can)."""
+    # Lazy: the lab runtime stays out of the web layer's imports until a source reads.
+    from nestednet.lab.runs import EventTail
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.line = 0
-
-    def read(self) -> list[ev.Event]:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        if not end:
-            return []
-        self.offset += end
-        found = []
-        for text in data[:end].decode("utf-8", errors="replace").splitlines():
-            self.line += 1
-            if not text.strip():
-                continue
-            try:
-                found.append(ev.parse_event(json.loads(text), f"{self.path} line {self.line}"))
-            except (ValueError, UsageError):
-                continue  # a torn or foreign line: the view skips it, the run does not care
-        return found
+    return EventTail(path, from_start=True, skip_bad=True)
 
 
 def _links_of(name: str, state: ViewState) -> list[dict[str, Any]]:
@@ -230,7 +210,7 @@ class RunDirSource(Source):
         self.path = events_path(run)
         self.title = (run if run.is_dir() else run.parent).name
         self.scenario = scenario
-        self.follower = EventsFollower(self.path)
+        self.follower = follow(self.path)
         self.history: list[ev.Event] = []
 
     def initial_nodes(self) -> list[str]:
@@ -300,7 +280,7 @@ class LabSource(Source):
         self.runs_dir = runs_dir
         meta = self._meta()
         self.shape = topo.Shape(meta["nodes"], meta["iphys"])
-        self.follower: EventsFollower | None = None
+        self.follower: EventTail | None = None
         self.history: list[ev.Event] = []
         self._links: Any = None
         self._counters: dict[str, tuple[float, dict[str, int]]] = {}
@@ -339,7 +319,7 @@ class LabSource(Source):
                     if d.stat().st_mtime >= began - 1]
             newest = dirs[-1] / EVENTS_FILE if dirs else None
             if newest is not None and (self.follower is None or self.follower.path != newest):
-                self.follower = EventsFollower(newest)
+                self.follower = follow(newest)
                 self.history = []
                 self.generation += 1
         if self.follower is None:

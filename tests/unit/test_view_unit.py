@@ -161,7 +161,7 @@ def test_events_follower_reads_whole_lines_only(tmp_path: Path):
     path = tmp_path / "events.jsonl"
     half = len(RUN[1]) // 2
     path.write_text(RUN[0] + "\n" + RUN[1][:half])
-    follower = source.EventsFollower(path)
+    follower = source.follow(path)
     assert [e.event for e in follower.read()] == ["hello"]
     with path.open("a") as f:
         f.write(RUN[1][half:] + "\n")
