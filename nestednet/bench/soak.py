@@ -26,12 +26,13 @@ SERIES = ("cli_rss_mb", "agents_rss_mb", "ovs_rss_mb", "dockerd_rss_mb", "cli_fd
 
 DEFAULT_BOUNDS_PER_HOUR = {
     "cli_rss_mb": 20.0, "agents_rss_mb": 20.0, "ovs_rss_mb": 50.0, "dockerd_rss_mb": 20.0,
-    "cli_fds": 5.0, "tc_objects": 10.0, "flows": 20.0,
+    "cli_fds": 5.0, "flows_per_link": 0.1, "tc_per_link": 0.5,
 }
-"""Largest growth per hour that passes, per series, in its own unit. The events file
-grows by design (one record per step and per change); it is bounded separately by its
-bytes per step. Links follow the scenario. Each bound is far below what a leak of one
-object per step would cost in an hour at 1 s steps (3,600 objects)."""
+"""Largest growth per hour that passes, per series, in its own unit. Flows and tc objects
+follow the scenario's links, so they are judged per link up (a leaked flow or class shows
+as a ratio that climbs). The events file grows by design (one record per step and per
+change); it is bounded separately by its bytes per step. Each bound is far below what a
+leak of one object per step would cost in an hour at 1 s steps (3,600 objects)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class Verdict:
 def judge(samples: Sequence[Sample], lateness: Sequence[tuple[int, float]], step_s: float,
           speed: float, bounds: Mapping[str, float] = DEFAULT_BOUNDS_PER_HOUR,
           events_bytes: int | None = None) -> Verdict:
-    growth = {name: growth_per_hour(samples, name) for name in SERIES}
+    samples = [Sample(s.wall, {**s.values, **_per_link(s.values)}) for s in samples]
+    growth = {name: growth_per_hour(samples, name)
+              for name in (*SERIES, "flows_per_link", "tc_per_link")}
     over = [f"{name}: +{growth[name]:.2f}/h > {bound:g}/h" for name, bound in bounds.items()
             if growth.get(name) is not None and growth[name] > bound]
     allowed = step_s / speed
@@ -105,6 +108,14 @@ def judge(samples: Sequence[Sample], lateness: Sequence[tuple[int, float]], step
         events_bytes_per_step=(events_bytes / len(lateness)
                                if events_bytes is not None and lateness else None),
         flows_per_link=_ratio(with_links, "flows"), tc_per_link=_ratio(with_links, "tc_objects"))
+
+
+def _per_link(values: Mapping[str, float]) -> dict[str, float]:
+    """Flows and tc objects per link up, where links are up."""
+    links = values.get("links")
+    return {f"{short}_per_link": values[name] / links
+            for short, name in (("flows", "flows"), ("tc", "tc_objects"))
+            if links and name in values}
 
 
 def _ratio(samples: Sequence[Sample], series: str) -> float | None:
