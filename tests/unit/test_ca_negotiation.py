@@ -280,6 +280,18 @@ def test_agents_with_more_iphys_than_the_scenario_do_not_storm(tmp_path):
         server.stop()
 
 
+def _scenario_ca(scenario) -> tuple[ControlServer, CommunicationAssistant]:
+    """A CA serving on loopback for ``scenario``'s nodes, flows recorded, events in memory."""
+    server = ControlServer(listen("127.0.0.1", 0))
+    ca = CommunicationAssistant(server, InterNodeLinks(scenario.iphy_inventory()),
+                                RecordingInstaller(),
+                                node_ids={n.name: n.node_id for n in scenario.nodes},
+                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
+                                events=EventLog(None))
+    server.start(ca)
+    return server, ca
+
+
 def test_player_reports_each_step_and_pictures_are_written(tmp_path):
     """Player.play calls on_step_done once per played step, in order; StepPictures draws
     one PNG for each from this run's own events."""
@@ -291,13 +303,7 @@ def test_player_reports_each_step_and_pictures_are_written(tmp_path):
     from nestednet.model.scenario_file import load_scenario
 
     scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
-    table = InterNodeLinks(scenario.iphy_inventory())
-    server = ControlServer(listen("127.0.0.1", 0))
-    ca = CommunicationAssistant(server, table, RecordingInstaller(),
-                                node_ids={n.name: n.node_id for n in scenario.nodes},
-                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
-                                events=EventLog(None))
-    server.start(ca)
+    server, ca = _scenario_ca(scenario)
     done: list[int] = []
     try:
         session = SimpleNamespace(server=server, events=ca.events)
@@ -327,14 +333,8 @@ def test_a_resumed_player_starts_at_the_step_in_effect_and_never_plays_earlier_o
 
     scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
     assert [s.time for s in scenario.steps] == [0, 10, 20]
-    table = InterNodeLinks(scenario.iphy_inventory())
-    server = ControlServer(listen("127.0.0.1", 0))
-    events = EventLog(None)
-    ca = CommunicationAssistant(server, table, RecordingInstaller(),
-                                node_ids={n.name: n.node_id for n in scenario.nodes},
-                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
-                                events=events)
-    server.start(ca)
+    server, ca = _scenario_ca(scenario)
+    events = ca.events
     done: list[int] = []
     try:
         player = Player(scenario, server, ca, speed=100)
@@ -1052,14 +1052,8 @@ def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
     doc = json.loads(path.read_text()) | {"actions": [
         {"action": "link-down", "from": 5, "until": 15, "between": ["n2", "n1"]}]}
     scenario = parse_scenario(doc, "s")
-    table = InterNodeLinks(scenario.iphy_inventory())
-    server = ControlServer(listen("127.0.0.1", 0))
-    events = EventLog(None)
-    ca = CommunicationAssistant(server, table, RecordingInstaller(),
-                                node_ids={n.name: n.node_id for n in scenario.nodes},
-                                control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
-                                events=events)
-    server.start(ca)
+    server, ca = _scenario_ca(scenario)
+    events = ca.events
     session = SimpleNamespace(server=server, ca=ca, events=events, shaping=None)
     actions = ActionPlayer(scenario, session, Path("/nonexistent"), speed=200)
     try:
