@@ -225,9 +225,6 @@ METAL_TOLERANCE_MS = 0.2
 VM_TOLERANCE_MS = 0.5
 """Per delayed direction, in the software-emulated VM, around the reference's own rise
 (PLATFORM.md, issue #10); it covers the two ping medians' own noise."""
-VM_MAX_OVERSHOOT_MS = 2.0
-"""Per delayed direction: a reference later than this means the emulated CPU is too
-starved to judge any delay, and the verdict is refused rather than the bound stretched."""
 REFERENCE_PARENTS = ("htb", "hfsc")
 """netem sits under one of these in every shaping we do; in the VM each parent adds
 lateness of its own (one run: +0.2-0.3 ms through HTB, +0.5 through HFSC, over plain
@@ -255,23 +252,27 @@ def judge_rise(emulated: bool, configured_ms: float, rise_ms: float,
     emulated VM netem's timers fire late by an amount that depends on the delay and on
     how busy the host is from second to second (PLATFORM.md): the expectation is the
     reference's rise, within VM_TOLERANCE_MS per delayed direction. What is judged is
-    thus our shaping against the kernel's own netem, not the emulator's clock. The bound
-    is fixed in advance and returned with the result; nothing is retried."""
+    thus our shaping against the kernel's own netem, not the emulator's clock, however
+    late that clock runs: session 10 refused verdicts whose reference was more than 2 ms
+    late per direction, and CI then failed on a reference 2.2 ms late under HFSC at 20 ms
+    while the judged path sat 0.3 ms from it. A reference that shows less than the
+    configured delay has lost it, and nothing is judged. The bound is fixed in advance and
+    returned with the result, with the reference's lateness; nothing is retried."""
     tolerance = VM_TOLERANCE_MS if emulated else METAL_TOLERANCE_MS
     bound = round(tolerance * directions, 3)
     late = round(reference_rise_ms - configured_ms, 3)
-    if emulated and not -bound <= late <= VM_MAX_OVERSHOOT_MS * directions:
+    if emulated and late < -bound:
         raise Unjudgeable(f"reference netem of {configured_ms} ms over {directions} "
-                          f"direction(s) rose the RTT by {reference_rise_ms} ms: the emulated "
-                          f"kernel's timers are off by more than {VM_MAX_OVERSHOOT_MS} ms "
-                          f"per direction, nothing can be judged")
+                          f"direction(s) rose the RTT by only {reference_rise_ms} ms: the "
+                          f"reference lost its delay, nothing can be judged")
     if not emulated and abs(late) > bound + 1e-9:
         raise Unjudgeable(f"reference netem of {configured_ms} ms rose the RTT by "
                           f"{reference_rise_ms} ms on a real kernel (bound {bound} ms)")
     expected = round(configured_ms + late, 3) if emulated else configured_ms
     return {"configured_ms": configured_ms, "directions": directions, "rise_ms": rise_ms,
             "reference_rise_ms": reference_rise_ms, "expected_ms": expected,
-            "bound_ms": bound, "holds": abs(rise_ms - expected) <= bound + 1e-9}
+            "bound_ms": bound, "reference_late_ms": late,
+            "holds": abs(rise_ms - expected) <= bound + 1e-9}
 
 
 class ReferencePath:
