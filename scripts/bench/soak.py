@@ -4,11 +4,12 @@
 Creates the lab (nested, or --flat), generates a random-waypoint scenario with 1 s
 steps (shaped links, rate only: this kernel has no sch_netem), plays it with
 `nestednet run` as a user would, and every --sample seconds records the RSS of the CLI
-(the CA runs in it), of the lab's GNAB agents, of ovs-vswitchd and dockerd; the CLI's
-open fds; the flows on the main bridge against the links the events say are up; the
-tc objects on the lab's ports; the events file's size. At the end it judges growth per
-hour and step lateness (nestednet.bench.soak), writes soak.json, samples.json and
-soak.png into --out, deletes the lab and exits 0 only if the soak passed.
+(the CA runs in it), of the lab's GNAB agents (their sum and the largest), of
+ovs-vswitchd and dockerd; the CLI's open fds; the flows on the main bridge against the
+links the events say are up; the tc objects on the lab's ports; the events file's size;
+and the host's load beside them. At the end it judges growth per hour and step lateness
+(nestednet.bench.soak), writes soak.json, samples.json and soak.png into --out, deletes
+the lab and exits 0 only if the soak passed.
 
     .venv/bin/python scripts/bench/soak.py [--nodes 48] [--iphys 4] [--minutes 120]
         [--flat] [--sample 30] [--lab soak] [--out DIR]
@@ -120,9 +121,11 @@ def main() -> int:
         while run.poll() is None:
             for event in tail.read():
                 links += {LINK_UP: 1, LINK_DOWN: -1}.get(event.event, 0)
+            agents = [rss_mb(p) for p in agent_pids(parents)]
             values = {
                 "cli_rss_mb": rss_mb(run.pid),
-                "agents_rss_mb": sum(rss_mb(p) for p in agent_pids(parents)),
+                "agents_rss_mb": sum(agents),
+                "agent_max_rss_mb": max(agents, default=0.0),
                 "ovs_rss_mb": sum(rss_mb(p) for p in procmem.host_ovs_pids()[:1]),
                 "dockerd_rss_mb": rss_mb(dockerd_pid()),
                 "cli_fds": len(os.listdir(f"/proc/{run.pid}/fd")),
@@ -130,6 +133,7 @@ def main() -> int:
                 "links": links,
                 "tc_objects": tc_objects(args.lab),
                 "events_mb": events.stat().st_size / 1e6 if events.exists() else 0.0,
+                "load1": os.getloadavg()[0],
             }
             samples.append(Sample(time.monotonic() - start, values))
             print(json.dumps({"t": round(samples[-1].wall), **{k: round(v, 2) for k, v
