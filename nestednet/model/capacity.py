@@ -1,0 +1,149 @@
+"""Capacity model: how many hosts a lab needs, from costs measured on small labs.
+
+Pure arithmetic, no side effects. A lab is nodes × (GNAB + M iPHYs) and L links; a host
+is its cores and memory, of which a share (``headroom``) is planned for, after a fixed
+base (the OS, the engine, OVS, our helper). Every node costs memory inside itself (its
+parent's cgroup: inner engine, internal OVS, GNAB and iPHYs) and on its host (the
+parent's shim, the host OVS's ports for its iPHYs), and idle CPU; every link costs flow
+state on the host(s) of its two ends. The costs are linear in nodes, iPHYs and links:
+measured at 12 and 48 nodes here (`scripts/bench/capacity.py`), they are what the
+model extrapolates. A host holds as many nodes as both its memory and its CPU allow;
+the binding one is named, so it is clear which cost to bring down.
+
+Docs: docs/capacity.md (constants, their date and load, and the 2-host check).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured unit costs (MB, cores). ``measured`` says when and under what load."""
+
+    node_mb: float
+    """One nested node with no iPHYs: its parent's cgroup (used − inactive file)."""
+    iphy_mb: float
+    """Each iPHY inside its node (child container, internal OVS port)."""
+    host_node_mb: float
+    """Host side per node, iPHY ports aside: the parent's shim, engine bookkeeping."""
+    host_port_mb: float
+    """Host OVS per iPHY port on the main bridge."""
+    link_mb: float
+    """Per link, split between the hosts of its two ends (flows, host OVS)."""
+    node_cores: float
+    """Idle CPU per node (cores): inside the node plus host daemons, per node."""
+    host_base_mb: float = 2048.0
+    """Per host, whatever the lab: OS, engine, OVS, helper. Planned, not measured."""
+    host_base_cores: float = 1.0
+    measured: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Costs:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(doc) - known)
+        if unknown:
+            raise ValueError(f"unknown cost field(s): {', '.join(unknown)}")
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    cores: float
+    memory_mb: float
+    headroom: float = 0.8
+    """Share of the host planned for (the rest absorbs bursts and measurement error)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    nodes: int
+    iphys: int
+    links: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    memory_mb: float
+    cores: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    workload: Workload
+    host: HostSpec
+    hosts: int
+    nodes_per_host: int
+    """The most nodes one host can take."""
+    bound: str
+    """"memory" or "cpu": the resource that limits nodes_per_host."""
+    per_host: Usage
+    """A host's use (base included) with the nodes spread evenly over ``hosts``."""
+    total: Usage
+    """The lab alone, all hosts together (no host bases)."""
+
+    def as_dict(self) -> dict:
+        return {"workload": asdict(self.workload), "host": asdict(self.host),
+                "hosts": self.hosts, "nodes_per_host": self.nodes_per_host,
+                "bound": self.bound, "per_host": asdict(self.per_host),
+                "total": asdict(self.total)}
+
+
+def node_usage(costs: Costs, iphys: int, links_per_node: float) -> Usage:
+    """What one node adds to its host, with its share of the links."""
+    memory = (costs.node_mb + iphys * costs.iphy_mb + costs.host_node_mb
+              + iphys * costs.host_port_mb + links_per_node * costs.link_mb)
+    return Usage(memory, costs.node_cores)
+
+
+def lab_usage(costs: Costs, nodes: float, iphys: int, links: float) -> Usage:
+    """The lab's part of its hosts' use (no host bases): ``nodes`` nodes and ``links``
+    links whose ends sit among them."""
+    each = node_usage(costs, iphys, links / nodes if nodes else 0.0)
+    return Usage(nodes * each.memory_mb, nodes * each.cores)
+
+
+def hosts_needed(costs: Costs, workload: Workload, host: HostSpec) -> Prediction:
+    """The fewest hosts of ``host``'s kind that hold ``workload`` within their headroom."""
+    if workload.nodes < 1:
+        raise ValueError("a lab has at least one node")
+    links_per_node = workload.links / workload.nodes
+    each = node_usage(costs, workload.iphys, links_per_node)
+    memory_room = host.memory_mb * host.headroom - costs.host_base_mb
+    cpu_room = host.cores * host.headroom - costs.host_base_cores
+    by_memory = math.floor(memory_room / each.memory_mb) if each.memory_mb > 0 else math.inf
+    by_cpu = math.floor(cpu_room / each.cores) if each.cores > 0 else math.inf
+    fit = min(by_memory, by_cpu)
+    if fit < 1:
+        raise ValueError("not one node fits such a host after its base and headroom")
+    bound = "memory" if by_memory <= by_cpu else "cpu"
+    hosts = math.ceil(workload.nodes / fit)
+    total = lab_usage(costs, workload.nodes, workload.iphys, workload.links)
+    per_host = Usage(costs.host_base_mb + total.memory_mb / hosts,
+                     costs.host_base_cores + total.cores / hosts)
+    return Prediction(workload, host, hosts, int(fit), bound, per_host, total)
+
+
+def walker_grid(planes: int, per_plane: int, stations: int, ground_links: int = 1,
+                iphys: int | None = None) -> Workload:
+    """A Walker shell with +Grid ISLs (each satellite linked to the next in its plane and
+    the same slot of the next plane: 2 links per satellite) and ``stations`` ground
+    stations with ``ground_links`` links each (1: the nearest/highest policies). Every
+    node gets 4 + ground_links iPHYs unless ``iphys`` says otherwise (a lab's nodes all
+    have the same count; a satellite needs 4 for the grid and room for a ground link)."""
+    if planes < 1 or per_plane < 1 or stations < 0 or ground_links < 0:
+        raise ValueError("planes and satellites per plane must be positive")
+    satellites = planes * per_plane
+    links = 2 * satellites + stations * ground_links
+    return Workload(satellites + stations, iphys if iphys is not None else 4 + ground_links,
+                    links)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted − measured) / measured."""
+    return (predicted - measured) / measured

@@ -1,0 +1,82 @@
+"""The capacity model (nestednet/model/capacity.py) against numbers worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from nestednet.model import capacity as cap
+
+pytestmark = pytest.mark.unit
+
+# Round costs so every expected value below can be checked on paper.
+COSTS = cap.Costs(node_mb=20.0, iphy_mb=1.0, host_node_mb=3.0, host_port_mb=2.0,
+                  link_mb=0.5, node_cores=0.01, host_base_mb=1000.0, host_base_cores=1.0)
+
+
+def test_walker_grid_counts_links_and_nodes():
+    # 72 x 22 = 1584 satellites; +Grid: 2 links each = 3168; 100 stations, 1 link each.
+    w = cap.walker_grid(72, 22, 100)
+    assert (w.nodes, w.links, w.iphys) == (1684, 3268, 5)
+    assert cap.walker_grid(6, 11, 0, ground_links=0) == cap.Workload(66, 4, 132)
+    assert cap.walker_grid(2, 3, 4, ground_links=2, iphys=8) == cap.Workload(10, 8, 20)
+
+
+def test_node_usage_sums_inside_host_and_links():
+    # 20 + 5*1 + 3 + 5*2 + 2 links * 0.5 = 39 MB; 0.01 cores.
+    u = cap.node_usage(COSTS, iphys=5, links_per_node=2)
+    assert u.memory_mb == pytest.approx(39.0)
+    assert u.cores == pytest.approx(0.01)
+
+
+def test_memory_bound_host():
+    # Host 16 cores / 64000 MB, headroom 0.8: memory room 51200 - 1000 = 50200 MB,
+    # CPU room 12.8 - 1 = 11.8 cores. Node with 4 iPHYs and 1 link each:
+    # 20 + 4 + 3 + 8 + 0.5 = 35.5 MB -> floor(50200 / 35.5) = 1414 nodes;
+    # CPU: floor(11.8 / 0.01) = 1180 nodes -> CPU binds, 1180 per host.
+    host = cap.HostSpec(cores=16, memory_mb=64000)
+    p = cap.hosts_needed(COSTS, cap.Workload(nodes=2000, iphys=4, links=2000), host)
+    assert (p.nodes_per_host, p.bound, p.hosts) == (1180, "cpu", 2)
+    # Lab: 2000 * 35.5 = 71000 MB, 20 cores; per host: 1000 + 35500, 1 + 10.
+    assert p.total.memory_mb == pytest.approx(71000.0)
+    assert p.total.cores == pytest.approx(20.0)
+    assert p.per_host.memory_mb == pytest.approx(36500.0)
+    assert p.per_host.cores == pytest.approx(11.0)
+
+
+def test_cpu_cheap_nodes_are_memory_bound():
+    costs = cap.Costs(**{**COSTS.as_dict(), "node_cores": 0.001})
+    host = cap.HostSpec(cores=16, memory_mb=64000)
+    # Memory: 1414 nodes (above); CPU: floor(11.8 / 0.001) = 11800 -> memory binds.
+    p = cap.hosts_needed(costs, cap.Workload(nodes=2000, iphys=4, links=2000), host)
+    assert (p.nodes_per_host, p.bound, p.hosts) == (1414, "memory", 2)
+    p = cap.hosts_needed(costs, cap.Workload(nodes=1414, iphys=4, links=1414), host)
+    assert p.hosts == 1
+    p = cap.hosts_needed(costs, cap.Workload(nodes=1415, iphys=4, links=1415), host)
+    assert p.hosts == 2
+
+
+def test_lab_usage_is_linear():
+    # 12 nodes x 4 iPHYs, 24 links: 12 * (20+4+3+8) + 24 * 0.5 = 432 MB; 0.12 cores.
+    u = cap.lab_usage(COSTS, 12, 4, 24)
+    assert u.memory_mb == pytest.approx(432.0)
+    assert u.cores == pytest.approx(0.12)
+
+
+def test_no_room_and_bad_input_raise():
+    with pytest.raises(ValueError):
+        cap.hosts_needed(COSTS, cap.Workload(1, 4, 0), cap.HostSpec(cores=1, memory_mb=1000))
+    with pytest.raises(ValueError):
+        cap.hosts_needed(COSTS, cap.Workload(0, 4, 0), cap.HostSpec(16, 64000))
+    with pytest.raises(ValueError):
+        cap.walker_grid(0, 22, 100)
+    with pytest.raises(ValueError, match="unknown cost field"):
+        cap.Costs.from_dict({**COSTS.as_dict(), "bogus": 1})
+
+
+def test_costs_round_trip():
+    assert cap.Costs.from_dict(COSTS.as_dict()) == COSTS
+
+
+def test_relative_error():
+    assert cap.relative_error(110.0, 100.0) == pytest.approx(0.10)
+    assert cap.relative_error(80.0, 100.0) == pytest.approx(-0.20)
