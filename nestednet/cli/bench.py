@@ -11,7 +11,9 @@ from nestednet.console import out_console, print_json, progress
 from nestednet.errors import ExitStatus
 
 EXPERIMENT_NAMES = ("memory", "links", "stress", "scaling", "startup", "fidelity", "routing",
-                    "all")
+                    "all", "capacity")
+CAPACITY_OPTIONS = ("shell", "stations", "ground_links", "host_cores", "host_memory_gb",
+                    "headroom", "costs")
 
 
 def register(group: click.Group) -> None:
@@ -48,9 +50,24 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--repeats", type=click.IntRange(1, 20), default=None,
               help="startup: creations per node count (default 1); routing: "
                    "measurements per point (default 3, quick 2); the median is reported.")
+@click.option("--shell", metavar="PLANESxSATS", default=None,
+              help="capacity: the Walker shell, +Grid ISLs (default 72x22, 1,584 satellites).")
+@click.option("--stations", type=click.IntRange(0), default=None,
+              help="capacity: ground stations (default 100).")
+@click.option("--ground-links", type=click.IntRange(0), default=None,
+              help="capacity: links per ground station (default 1: nearest/highest policy).")
+@click.option("--host-cores", type=click.FloatRange(min=1), default=None,
+              help="capacity: cores per host (default 16).")
+@click.option("--host-memory-gb", type=click.FloatRange(min=1), default=None,
+              help="capacity: memory per host, GB (default 64).")
+@click.option("--headroom", type=click.FloatRange(0.1, 1.0), default=None,
+              help="capacity: share of each host planned for (default 0.8).")
+@click.option("--costs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="capacity: unit costs measured by scripts/bench/capacity.py "
+                                 "costs (default: the constants in docs/capacity.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON too.")
 def bench(experiment: str, quick: bool, out: Path | None, seed: int, nodes: tuple[int, ...],
-          repeats: int | None, as_json: bool) -> None:
+          repeats: int | None, as_json: bool, **model: object) -> None:
     """Reproduce the NestedNet paper's measurements, nested and flat side by side.
 
     \b
@@ -65,15 +82,25 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, nodes: tupl
       routing  babel convergence after a link appears vs hops and nodes (not in
                the paper, nor in `all`)
       all      every paper experiment and one report.md
+      capacity hosts needed for a constellation (a model from measured costs: no
+               lab, no root; docs/capacity.md). Not Fig. 4: that is `scaling`.
 
-    Each writes NAME.json, NAME.png and NAME.md into --out. Labs are created under
+    Each paper experiment writes NAME.json, NAME.png and NAME.md into --out. Labs are created under
     names starting with `b` and deleted afterwards. Needs root, like `create`.
 
     \b
     Examples:
       nestednet bench all --quick --out results/quick
       nestednet bench startup --nodes 12,48,120 --out results/scale
+      nestednet bench capacity --shell 72x22 --stations 100 --host-cores 16 \\
+          --host-memory-gb 64
     """
+    given = [name for name in CAPACITY_OPTIONS if model[name] is not None]
+    if experiment == "capacity":
+        _capacity(model, as_json)
+        return
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} is for `bench capacity` only")
     # Lazy: the benchmarks load docker, pyroute2 and matplotlib (slow start-up otherwise).
     from nestednet.bench import common, suite
 
@@ -93,3 +120,54 @@ def bench(experiment: str, quick: bool, out: Path | None, seed: int, nodes: tupl
         out_console.print(f"report: {out / 'report.md'}")
     if failed:
         sys.exit(ExitStatus.FAILURE)
+
+
+def _shell(text: str) -> tuple[int, int]:
+    try:
+        planes, per_plane = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected PLANESxSATS, e.g. 72x22",
+                                 param_hint="--shell") from None
+    if planes < 1 or per_plane < 1:
+        raise click.BadParameter(f"{text!r}: planes and satellites must be 1 or more",
+                                 param_hint="--shell")
+    return planes, per_plane
+
+
+def _capacity(model: dict, as_json: bool) -> None:
+    """`bench capacity`: the model's prediction, printed; nothing is created."""
+    import json
+
+    from nestednet.model import capacity as cap
+
+    planes, per_plane = _shell(model["shell"] or "72x22")
+    costs = cap.MEASURED
+    if model["costs"] is not None:
+        try:
+            doc = json.loads(model["costs"].read_text())
+            costs = cap.Costs.from_dict(doc.get("costs", doc))
+        except (ValueError, TypeError) as exc:
+            raise click.BadParameter(f"{model['costs']}: {exc}", param_hint="--costs") from None
+    stations = 100 if model["stations"] is None else model["stations"]
+    ground = 1 if model["ground_links"] is None else model["ground_links"]
+    workload = cap.walker_grid(planes, per_plane, stations, ground)
+    host = cap.HostSpec(cores=model["host_cores"] or 16.0,
+                        memory_mb=(model["host_memory_gb"] or 64.0) * 1024,
+                        headroom=model["headroom"] or 0.8)
+    try:
+        p = cap.hosts_needed(costs, workload, host)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if as_json:
+        print_json({**p.as_dict(), "costs": costs.as_dict()})
+        return
+    each = cap.node_usage(costs, workload.iphys, workload.links / workload.nodes)
+    out_console.print(
+        f"{planes} x {per_plane} shell (+Grid) and {stations} ground stations: "
+        f"{workload.nodes} nodes x (1 + {workload.iphys}), {workload.links} links\n"
+        f"per node {each.memory_mb:.1f} MB, {each.cores * 1000:.1f} millicores "
+        f"(costs measured {costs.measured})\n"
+        f"host {host.cores:g} cores / {host.memory_mb / 1024:g} GB, "
+        f"{host.headroom:.0%} planned: {p.nodes_per_host} nodes a host ({p.bound} binds)\n"
+        f"hosts needed: {p.hosts}; each about {p.per_host.memory_mb / 1024:.1f} GB and "
+        f"{p.per_host.cores:.1f} cores, its base included")

@@ -119,6 +119,8 @@ def hosts_needed(costs: Costs, workload: Workload, host: HostSpec) -> Prediction
     by_memory = math.floor(memory_room / each.memory_mb) if each.memory_mb > 0 else math.inf
     by_cpu = math.floor(cpu_room / each.cores) if each.cores > 0 else math.inf
     fit = min(by_memory, by_cpu)
+    if fit == math.inf:
+        raise ValueError("a node costs neither memory nor CPU: these costs were not measured")
     if fit < 1:
         raise ValueError("not one node fits such a host after its base and headroom")
     bound = "memory" if by_memory <= by_cpu else "cpu"
@@ -147,3 +149,7 @@ def walker_grid(planes: int, per_plane: int, stations: int, ground_links: int = 
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted − measured) / measured."""
     return (predicted - measured) / measured
+
+
+MEASURED = Costs(node_mb=0.0, iphy_mb=0.0, host_node_mb=0.0, host_port_mb=0.0, link_mb=0.0,
+                 node_cores=0.0, measured="placeholder")

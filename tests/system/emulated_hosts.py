@@ -138,28 +138,32 @@ def remove(client: docker.DockerClient, prefix: str, root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def start(prefix: str, count: int = 2, root: Path | None = None) -> EmulatedHosts:
+def start(prefix: str, count: int = 2, root: Path | None = None,
+          subnet: str = SUBNET) -> EmulatedHosts:
     """``count`` hosts `<prefix>-h0`..., swarm-joined (h0 the manager), each holding the
-    node-parent image; nothing of them is left if this fails."""
+    node-parent image; nothing of them is left if this fails. ``subnet`` (a /24) lets
+    a second set run beside the test suite's."""
     client = docker_engine.connect()
     root = root or Path(f"/var/tmp/nestednet-emulated/{prefix}")
     try:
-        return _start(client, prefix, count, root)
+        return _start(client, prefix, count, root, subnet)
     except BaseException:
         remove(client, prefix, root)
         raise
 
 
-def _start(client: docker.DockerClient, prefix: str, count: int, root: Path) -> EmulatedHosts:
+def _start(client: docker.DockerClient, prefix: str, count: int, root: Path,
+           subnet: str = SUBNET) -> EmulatedHosts:
     remove(client, prefix, root)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     net = client.networks.create(f"{prefix}-underlay", driver="bridge", internal=True,
                                  labels={LABEL: prefix},
                                  ipam=docker.types.IPAMConfig(pool_configs=[
-                                     docker.types.IPAMPool(subnet=SUBNET)]))
+                                     docker.types.IPAMPool(subnet=subnet)]))
     names = [f"{prefix}-h{i}" for i in range(count)]
-    addresses = [f"10.231.0.{11 + i}" for i in range(count)]
+    base = subnet.rsplit(".", 1)[0]
+    addresses = [f"{base}.{11 + i}" for i in range(count)]
     for name, address in zip(names, addresses, strict=True):
         state = root / name
         state.mkdir(parents=True)

@@ -80,3 +80,30 @@ def test_costs_round_trip():
 def test_relative_error():
     assert cap.relative_error(110.0, 100.0) == pytest.approx(0.10)
     assert cap.relative_error(80.0, 100.0) == pytest.approx(-0.20)
+
+
+def test_bench_capacity_cli(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from nestednet.cli import main as nestednet_main
+
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"costs": {**COSTS.as_dict(), "node_cores": 0.001}}))
+    # 72x22 + 100 stations: 1684 nodes x (1+5), 3268 links. Per node
+    # 20 + 5 + 3 + 10 + (3268/1684) * 0.5 = 38.9703 MB. 32 GB host: 32768 * 0.8 - 1000
+    # = 25214.4 MB -> 647 nodes; CPU 11.8 / 0.001 = 11800 -> memory binds; 1684/647 -> 3.
+    result = CliRunner().invoke(nestednet_main, [
+        "bench", "capacity", "--costs", str(costs), "--host-memory-gb", "32", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["hosts"], doc["nodes_per_host"], doc["bound"]) == (3, 647, "memory")
+    assert doc["workload"] == {"nodes": 1684, "iphys": 5, "links": 3268}
+    text = CliRunner().invoke(nestednet_main, ["bench", "capacity", "--costs", str(costs),
+                                               "--host-memory-gb", "32"]).output
+    assert "hosts needed: 3" in text and "memory binds" in text
+    bad = CliRunner().invoke(nestednet_main, ["bench", "capacity", "--shell", "72"])
+    assert bad.exit_code == 2 and "PLANESxSATS" in bad.output
+    other = CliRunner().invoke(nestednet_main, ["bench", "scaling", "--stations", "3"])
+    assert other.exit_code == 2 and "bench capacity" in other.output

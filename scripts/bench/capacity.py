@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Measure the capacity model's unit costs on small labs, and check it on two hosts.
+
+`costs`: nested labs of the given sizes (default 12x4, 48x4 and 12x8), each linked as
+dense as a +Grid (two links per node: a ring over iPHYs 1-2 and one over 3-4, with a
+stride of 3), and measured where the cost is this lab's alone:
+- each node's memory: its parent's cgroup (used − inactive file), mean over nodes;
+- host side per node: the parent's containerd shim (anonymous RSS); the host
+  ovs-vswitchd's RSS before and after create, and after the links (shared by every lab
+  on the machine, so other labs' churn shows here: the load is printed);
+- idle CPU per node over --idle seconds: the parents' cgroups and shims, plus the host
+  ovs-vswitchd's CPU rate above its rate before the lab.
+Prints the runs and the derived `nestednet.model.capacity.Costs` as JSON.
+
+`check`: two hosts emulated here (tests/system/emulated_hosts.py), a lab of --nodes x
+--iphys spread over them and linked the same way; each emulated host's container cgroup
+holds everything the lab put there (its engine, OVS, the parents), so its memory and
+CPU growth is the lab's, free of other labs on the machine. Prints the model's
+prediction per host (from --costs, default the module's measured constants) beside it.
+
+    flock /tmp/nestednet-system.lock .venv/bin/python scripts/bench/capacity.py costs
+    flock /tmp/nestednet-system.lock .venv/bin/python scripts/bench/capacity.py check \\
+        --nodes 24 --iphys 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from nestednet.adapters.cgroups import cgroup_memory
+from nestednet.api.lab import Lab
+from nestednet.model import capacity as cap
+
+MB = 1024 * 1024
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:13]) / CLK_TCK
+
+
+def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def cgroup_cpu_s(pid: int) -> float:
+    """CPU seconds of the cgroup of host process ``pid`` (v1 cpuacct or v2 cpu.stat)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            usage = Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/") / "cpuacct.usage"
+            return int(usage.read_text()) / 1e9
+        if controllers == "":
+            stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
+            return int(stat.split()[1]) / 1e6
+    return 0.0
+
+
+def ovs_pid() -> int:
+    return int(OVS_PIDFILE.read_text().strip())
+
+
+def grid_like(lab: Lab, nodes: int, iphys: int) -> int:
+    """Two links per node for iPHYs 1-4 (rings over iPHY 1->2 and 3->4), more for more
+    iPHYs only if asked: what a +Grid gives each satellite."""
+    made = 0
+    for i in range(1, nodes + 1):
+        lab.link(f"n{i}:iphy1", f"n{i % nodes + 1}:iphy2")
+        made += 1
+        if iphys >= 4:
+            lab.link(f"n{i}:iphy3", f"n{(i + 2) % nodes + 1}:iphy4")
+            made += 1
+    return made
+
+
+def parent_pids(lab: Lab) -> list[int]:
+    handle = lab._handle  # the lab runtime's handle: parents' containers
+    return [int(handle.parent(n).attrs["State"]["Pid"]) for n in handle.shape.node_numbers()]
+
+
+def rate(sample, seconds: float) -> float:
+    a = sample()
+    time.sleep(seconds)
+    return (sample() - a) / seconds
+
+
+def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) -> dict:
+    load = os.getloadavg()
+    ovs = ovs_pid()
+    ovs_before_cpu = rate(lambda: proc_cpu_s(ovs), idle / 2)
+    ovs_mb0 = proc_rss_mb(ovs)
+    t = time.monotonic()
+    with Lab.create(name, nodes=nodes, iphys=iphys) as lab:
+        create_s = time.monotonic() - t
+        time.sleep(settle)
+        pids = parent_pids(lab)
+        shims = [ppid(p) for p in pids]
+        node_mb = [cgroup_memory(p)["used"] / MB for p in pids]
+        shim_mb = [proc_rss_mb(s, "RssAnon") for s in shims]
+        ovs_mb1 = proc_rss_mb(ovs)
+
+        def lab_cpu() -> float:
+            return sum(cgroup_cpu_s(p) for p in pids) + sum(proc_cpu_s(s) for s in shims)
+
+        ovs0, lab0 = proc_cpu_s(ovs), lab_cpu()
+        time.sleep(idle)
+        ovs_rate, lab_rate = (proc_cpu_s(ovs) - ovs0) / idle, (lab_cpu() - lab0) / idle
+        t = time.monotonic()
+        links = grid_like(lab, nodes, iphys)
+        link_s = time.monotonic() - t
+        time.sleep(settle)
+        ovs_mb2 = proc_rss_mb(ovs)
+        node_mb_linked = [cgroup_memory(p)["used"] / MB for p in pids]
+    result = {
+        "nodes": nodes, "iphys": iphys, "links": links, "create_s": round(create_s, 1),
+        "load_before": [round(x, 2) for x in load],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "node_mb_mean": round(statistics.mean(node_mb), 2),
+        "node_mb_range": [round(min(node_mb), 1), round(max(node_mb), 1)],
+        "node_mb_mean_linked": round(statistics.mean(node_mb_linked), 2),
+        "shim_mb_mean": round(statistics.mean(shim_mb), 2),
+        "host_ovs_mb": [round(ovs_mb0, 1), round(ovs_mb1, 1), round(ovs_mb2, 1)],
+        "host_ovs_mb_per_port": round((ovs_mb1 - ovs_mb0) / (nodes * iphys), 3),
+        "host_ovs_mb_per_link": round((ovs_mb2 - ovs_mb1) / links, 3),
+        "lab_cores_per_node": round(lab_rate / nodes, 4),
+        "ovs_cores_before": round(ovs_before_cpu, 4), "ovs_cores_idle_lab": round(ovs_rate, 4),
+        "ovs_cores_per_node": round(max(0.0, ovs_rate - ovs_before_cpu) / nodes, 4),
+        "link_add_s_per_link": round(link_s / links, 3),
+    }
+    log(json.dumps(result))
+    return result
+
+
+def derive(runs: list[dict]) -> cap.Costs:
+    """Unit costs from the runs: iPHY cost from the two iPHY counts at the same node
+    count, everything else from the largest run (most nodes: least noise per node)."""
+    big = max(runs, key=lambda r: (r["nodes"], -r["iphys"]))
+    pairs = [(a, b) for a in runs for b in runs
+             if a["nodes"] == b["nodes"] and b["iphys"] > a["iphys"]]
+    if pairs:
+        a, b = pairs[0]
+        iphy_mb = (b["node_mb_mean"] - a["node_mb_mean"]) / (b["iphys"] - a["iphys"])
+    else:
+        iphy_mb = 0.6
+    sizes = ", ".join(f"{r['nodes']}x{r['iphys']}" for r in runs)
+    loads = sorted({x for r in runs for x in (r["load_before"][0], r["load_after"][0])})
+    return cap.Costs(
+        node_mb=round(big["node_mb_mean"] - big["iphys"] * iphy_mb, 2),
+        iphy_mb=round(iphy_mb, 3),
+        host_node_mb=big["shim_mb_mean"],
+        host_port_mb=max(0.0, big["host_ovs_mb_per_port"]),
+        link_mb=max(0.0, big["host_ovs_mb_per_link"]),
+        node_cores=round(big["lab_cores_per_node"] + big["ovs_cores_per_node"], 4),
+        measured=(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                  f"{os.cpu_count()} cores, 1-min load {loads[0]}-{loads[-1]}, "
+                  f"sizes {sizes}"))
+
+
+def emulated_hosts_module():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "system"))
+    import emulated_hosts
+
+    return emulated_hosts
+
+
+def check(args, log) -> dict:
+    """Model vs a lab spread over two emulated hosts."""
+    costs = (cap.Costs.from_dict(json.loads(Path(args.costs).read_text())["costs"])
+             if args.costs else cap.MEASURED)
+    eh = emulated_hosts_module()
+    t = time.monotonic()
+    hosts = eh.start(args.prefix, subnet=args.subnet)
+    log(f"emulated hosts up in {time.monotonic() - t:.0f} s")
+    try:
+        pids = {n: hosts.local[n].pid for n in hosts.names}
+        time.sleep(args.settle)
+        mem0 = {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+        cpu_before = {n: rate(lambda p=p: cgroup_cpu_s(p), args.idle / 2)
+                      for n, p in pids.items()}
+        load = os.getloadavg()
+        t = time.monotonic()
+        with Lab.create(args.lab, nodes=args.nodes, iphys=args.iphys,
+                        hosts=hosts.hostset) as lab:
+            create_s = time.monotonic() - t
+            links = grid_like(lab, args.nodes, args.iphys)
+            placed = {n: 0 for n in hosts.names}
+            for host in lab.status()["placement"].values():
+                placed[host] += 1
+            time.sleep(args.settle)
+            mem1 = {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+            cpu0 = {n: cgroup_cpu_s(p) for n, p in pids.items()}
+            time.sleep(args.idle)
+            cpu = {n: (cgroup_cpu_s(p) - cpu0[n]) / args.idle for n, p in pids.items()}
+        rows = []
+        for n in hosts.names:
+            share = placed[n] / args.nodes
+            predicted = cap.lab_usage(costs, placed[n], args.iphys, links * share)
+            measured_mb = mem1[n] - mem0[n]
+            measured_cores = cpu[n] - cpu_before[n]
+            rows.append({
+                "host": n, "nodes": placed[n], "links_share": round(links * share, 1),
+                "measured_mb": round(measured_mb, 1),
+                "predicted_mb": round(predicted.memory_mb, 1),
+                "memory_error": round(cap.relative_error(predicted.memory_mb, measured_mb), 3),
+                "measured_cores": round(measured_cores, 4),
+                "predicted_cores": round(predicted.cores, 4),
+                "cpu_error": (round(cap.relative_error(predicted.cores, measured_cores), 3)
+                              if measured_cores > 0 else None)})
+        return {"nodes": args.nodes, "iphys": args.iphys, "links": links,
+                "create_s": round(create_s, 1), "load_before": [round(x, 2) for x in load],
+                "load_after": [round(x, 2) for x in os.getloadavg()],
+                "costs": costs.as_dict(), "hosts": rows}
+    finally:
+        hosts.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("costs", help="measure unit costs on one host")
+    c.add_argument("--sizes", default="12x4,48x4,12x8")
+    k = sub.add_parser("check", help="model vs a lab over two emulated hosts")
+    k.add_argument("--nodes", type=int, default=24)
+    k.add_argument("--iphys", type=int, default=4)
+    k.add_argument("--costs", help="a JSON file from `costs` (default: the model's constants)")
+    k.add_argument("--prefix", default="cap31-emu")
+    k.add_argument("--subnet", default="10.232.0.0/24")
+    for p in (c, k):
+        p.add_argument("--idle", type=float, default=20.0, help="CPU window, seconds")
+        p.add_argument("--settle", type=float, default=5.0)
+        p.add_argument("--lab", default="capm")
+    args = parser.parse_args()
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if args.what == "costs":
+        runs = []
+        for size in args.sizes.split(","):
+            nodes, iphys = (int(x) for x in size.split("x"))
+            runs.append(measure(args.lab, nodes, iphys, args.idle, args.settle, log))
+        print(json.dumps({"runs": runs, "costs": derive(runs).as_dict()}, indent=2))
+    else:
+        print(json.dumps(check(args, log), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
