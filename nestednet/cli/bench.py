@@ -138,6 +138,7 @@ def _capacity(model: dict, as_json: bool) -> None:
     """`bench capacity`: the model's prediction, printed; nothing is created."""
     import json
 
+    # Lazy, as the benchmarks above: the CLI starts without loading them.
     from nestednet.model import capacity as cap
 
     planes, per_plane = _shell(model["shell"] or "72x22")

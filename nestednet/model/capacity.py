@@ -151,5 +151,9 @@ def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-MEASURED = Costs(node_mb=0.0, iphy_mb=0.0, host_node_mb=0.0, host_port_mb=0.0, link_mb=0.0,
-                 node_cores=0.0, measured="placeholder")
+
+MEASURED = Costs(node_mb=33.25, iphy_mb=1.183, host_node_mb=2.52, host_port_mb=1.425,
+                 link_mb=0.013, node_cores=0.0038,
+                 measured="2026-11-26 20:14 UTC, 2 cores, 1-min load 7.5-12.8, "
+                          "sizes 12x4, 48x4, 12x8 (docs/capacity.md)")
+"""Measured here by scripts/bench/capacity.py costs (docs/capacity.md)."""

@@ -113,7 +113,7 @@ def one(kind: str, nodes: int, iphys: int, args, python: Path) -> dict:
     if kind == "containernet":
         result = run_containernet(python, nodes, iphys, args.prefix)
     else:
-        result = run_nestednet(kind, nodes, iphys, f"{args.lab}-{kind[0]}")
+        result = run_nestednet(kind, nodes, iphys, f"{args.lab}{kind[0]}")
     busy1, total1 = busy_jiffies()
     result["load_1m_before"] = round(load, 2)
     result["machine_busy_pct"] = round(100 * (busy1 - busy0) / max(1, total1 - total0), 1)
@@ -170,7 +170,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="creations per kind and size")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="which of containernet,nested,flat to run")
-    parser.add_argument("--lab", default="cnb", help="NestedNet lab name prefix")
+    parser.add_argument("--lab", default="cnb", help="NestedNet lab name prefix (letters, up to 6)")
     parser.add_argument("--prefix", default="cnb",
                         help="Containernet name prefix (hosts PREFIXhN, switches PREFIXsN)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
