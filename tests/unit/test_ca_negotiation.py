@@ -1069,3 +1069,21 @@ def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
     assert ("n1", "n2") in steps[0].visible and ("n1", "n2") not in steps[1].visible
     cut, uncut = (e for e in events.records if e.event == "action")
     assert cut.extra["visible_after"] == 2 and uncut.extra["visible_after"] == 4
+
+
+@pytest.mark.unit
+def test_the_per_step_bulk_goes_to_the_file_and_is_counted_not_kept(tmp_path):
+    """A 48 x 4 soak's CLI grew by about 10 MB a minute: EventLog kept every fidelity
+    check and link update of the run in memory for the summary."""
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write("step", scenario_time=0.0, step=0)
+    for n in range(3):
+        log.write("fidelity", scenario_time=0.0, step=0, port=f"u-{n}x1", direction="d",
+                  matched=n != 1, differences=["rate"] if n == 1 else [], checked_step=0)
+    log.write("link_update", scenario_time=0.0, step=0, nodes=["n1", "n2"], iphys=[1, 1])
+    assert [e.event for e in log.records] == ["step"]
+    assert log.fidelity.result() == {"checks": 3, "matched": 2, "mismatched": [
+        {"checked_step": 0, "port": "u-1x1", "direction": "d", "differences": ["rate"]}]}
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert [json.loads(x)["event"] for x in lines] == ["step", "fidelity", "fidelity",
+                                                       "fidelity", "link_update"]
