@@ -348,6 +348,29 @@ def test_a_resumed_player_starts_at_the_step_in_effect_and_never_plays_earlier_o
     assert [e.step for e in events.records if e.event == "step"] == [1, 2]
 
 
+def test_a_player_behind_its_clock_still_stops_when_asked():
+    """A 48-node soak fell behind its 1 s steps and went on stepping for minutes after
+    Ctrl-C: with no time left to sleep, the wait never looked at the stop."""
+    from pathlib import Path
+
+    from nestednet.ca.player import Player
+    from nestednet.model.scenario_file import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
+    server, ca = _scenario_ca(scenario)
+    stop = threading.Event()
+
+    def slow_step_done(_index: int) -> None:
+        time.sleep(0.5)  # steps are 0.1 s apart at speed 100: now behind by 0.4 s
+        stop.set()
+
+    try:
+        result = Player(scenario, server, ca, speed=100).play(stop, on_step_done=slow_step_done)
+    finally:
+        server.stop()
+    assert result.interrupted and result.steps_played == 2
+
+
 # --- the protocol without a network: ordering, STEP, epochs, the summary ----------------
 
 
