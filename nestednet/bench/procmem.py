@@ -77,3 +77,17 @@ def host_ovs_pids() -> list[int]:
         with contextlib.suppress(OSError, ValueError):
             pids.append(int(Path(f"/var/run/openvswitch/{name}.pid").read_text().strip()))
     return pids
+
+
+def cgroup_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by the cgroup of host process ``pid`` (a node parent;
+    v1 cpuacct or v2 cpu.stat)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            usage = Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/") / "cpuacct.usage"
+            return int(usage.read_text()) / 1e9
+        if controllers == "":
+            stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
+            return int(stat.split()[1]) / 1e6
+    return 0.0

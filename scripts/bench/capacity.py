@@ -35,6 +35,7 @@ from pathlib import Path
 
 from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.api.lab import Lab
+from nestednet.bench.procmem import cgroup_cpu_s
 from nestednet.model import capacity as cap
 
 MB = 1024 * 1024
@@ -57,19 +58,6 @@ def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
 
 def ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def cgroup_cpu_s(pid: int) -> float:
-    """CPU seconds of the cgroup of host process ``pid`` (v1 cpuacct or v2 cpu.stat)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuacct" in controllers.split(","):
-            usage = Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/") / "cpuacct.usage"
-            return int(usage.read_text()) / 1e9
-        if controllers == "":
-            stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
-            return int(stat.split()[1]) / 1e6
-    return 0.0
 
 
 def ovs_pid() -> int:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from nestednet.adapters.cgroups import cgroup_memory
+from nestednet.bench.procmem import cgroup_cpu_s
 from nestednet.lab import create, teardown
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LabRecord
@@ -86,19 +87,6 @@ def host_daemon_cpu_s() -> float:
         fields = stat.rsplit(")", 1)[1].split()
         total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
     return total / CLK_TCK
-
-
-def cgroup_cpu_s(pid: int) -> float:
-    """CPU seconds used so far by the cgroup of host process ``pid`` (a node parent)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuacct" in controllers.split(","):
-            usage = Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/") / "cpuacct.usage"
-            return int(usage.read_text()) / 1e9
-        if controllers == "":
-            stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
-            return int(stat.split()[1]) / 1e6
-    return 0.0
 
 
 def self_cpu_s() -> float:
