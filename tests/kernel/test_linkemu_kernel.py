@@ -99,14 +99,22 @@ def rtt_probe(namespace: str, destination: str, *,
                              source=source)
 
 
+COUNTERS = ("sent_packets", "dropped", "backlog_bytes", "backlog_packets")
+
+
 def stable_state() -> dict:
-    """`show` without packet counters (they move with any ARP) plus every tc object."""
+    """`show` without packet counters plus every tc object.
+
+    Counters move with any packet (an ARP, the router's stop) in qdiscs and classes alike;
+    CI once failed on a class counter while every configured value was unchanged.
+    """
     state = shaping.show()
     ports = {}
     for name, port in state["ports"].items():
-        ports[name] = {**port, "qdiscs": [
-            {k: v for k, v in q.items() if k not in ("sent_packets", "dropped")}
-            for q in port.get("qdiscs", [])]}
+        ports[name] = {**port, **{
+            part: [{k: v for k, v in obj.items() if k not in COUNTERS}
+                   for obj in port.get(part, [])]
+            for part in ("qdiscs", "classes")}}
     return {"links": state["links"], "shaper": state["shaper"], "ports": ports}
 
 
