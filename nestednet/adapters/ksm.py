@@ -33,17 +33,23 @@ def running(ksm_dir: Path = KSM_DIR) -> bool:
     return bool(s and s["run"] == 1)
 
 
-def wait_passes(passes: int = 2, timeout: float = 120.0, ksm_dir: Path = KSM_DIR) -> bool:
+def wait_passes(passes: int = 2, timeout: float = 120.0, first_pass_s: float = 15.0,
+                ksm_dir: Path = KSM_DIR) -> bool:
     """Wait until KSM has made ``passes`` more full passes over the offered memory (a page
     is merged on the pass after the one that found it unchanged). False when KSM does
-    not run or the passes did not finish within ``timeout`` seconds."""
+    not run, when no pass ends within ``first_pass_s`` (ksmd counts no passes while no
+    process offers memory: nodes from an image without ksm-merge), or when the passes did
+    not finish within ``timeout`` seconds."""
     start = state(ksm_dir)
     if not start or start["run"] != 1:
         return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    began = time.monotonic()
+    while (elapsed := time.monotonic() - began) < timeout:
         now = state(ksm_dir)
-        if now and now["full_scans"] - start["full_scans"] >= passes:
+        done = now["full_scans"] - start["full_scans"] if now else 0
+        if done >= passes:
             return True
+        if done == 0 and elapsed > first_pass_s:
+            return False
         time.sleep(0.5)
     return False

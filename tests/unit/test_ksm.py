@@ -62,6 +62,14 @@ def test_wait_passes_gives_up_after_timeout(tmp_path):
     assert ksm.wait_passes(passes=1, timeout=1.0, ksm_dir=d) is False
 
 
+def test_wait_passes_gives_up_early_when_no_pass_ends(tmp_path):
+    """ksmd counts no passes while nobody offers memory: no waiting the whole timeout."""
+    d = fake_ksm(tmp_path)
+    start = time.monotonic()
+    assert ksm.wait_passes(passes=2, timeout=30, first_pass_s=1.0, ksm_dir=d) is False
+    assert time.monotonic() - start < 3
+
+
 def _merge_any(prefix: list[str]) -> str:
     out = subprocess.run([*prefix, "sh", "-c", "grep merge_any /proc/self/ksm_stat"],
                          capture_output=True, text=True, check=True).stdout
