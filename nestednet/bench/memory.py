@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from nestednet.adapters import netlink
+from nestednet.adapters import ksm, netlink
 from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.bench import paper, procmem
 from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
@@ -108,6 +108,11 @@ def run(bench: Bench) -> dict:
     for kind in ("nested", "flat"):
         lab = bench.lab(LabSpec(kind, p["nodes"], p["iphys"]))
         time.sleep(p["settle_s"])
+        if kind == "nested":
+            start = time.monotonic()
+            merged = ksm.wait_passes()
+            result["ksm"] = {"merged": merged, "waited_s": round(time.monotonic() - start, 1),
+                             **(ksm.state() or {})}
         measure = nested_node if kind == "nested" else flat_node
         nodes = [measure(lab, n) for n in lab.shape.node_numbers()]
         result[kind] = {"lab": lab.record.lab, "nodes": nodes, "summary": condense(nodes)}
@@ -122,6 +127,12 @@ def run(bench: Bench) -> dict:
                            "wakes on use and parks after 30-60 s unused: "
                            "nestednet.lab.engine); 'engine awake' = the same cgroup just "
                            "after waking it to list the components (flat nodes have none)")
+    k = result.get("ksm") or {}
+    result["notes"].append(
+        f"KSM (same-page merging) {'on' if k.get('run') == 1 else 'off'} on this host"
+        + (f": measured after 2 more passes ({k['waited_s']} s), {k['pages_sharing']} "
+           f"pages sharing {k['pages_shared']}" if k.get("merged") else "")
+        + "; nested nodes offer their internal OVS to it (images/dind/ksm-merge)")
     result["notes"].append("whole node = the node container's cgroup minus inactive page "
                            "cache (in brackets: its anonymous memory); daemons = PSS (in "
                            "brackets its anonymous part: file pages "

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 from nestednet import LABEL_PREFIX, datapath
-from nestednet.adapters import ovsdb
+from nestednet.adapters import ksm, ovsdb
 from nestednet.capabilities.check import Check
 from nestednet.errors import EnvironmentProblem
 
@@ -190,3 +190,42 @@ def datapath_check() -> Check:
         detail += " (no openvswitch kernel module)"
     return Check("datapath", True, detail, datapath.advice(host, iface_types),
                  needed_for_create=True)
+
+
+# --- memory ------------------------------------------------------------------------
+
+VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
+
+def locked_kb(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> int | None:
+    """How much of the host's ovs-vswitchd is locked in memory (kB; None: not found)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text().strip())
+        for line in Path(f"{proc}/{pid}/status").read_text().splitlines():
+            if line.startswith("VmLck:"):
+                return int(line.split()[1])
+    return None
+
+
+def memory_check(ksm_dir: Path = ksm.KSM_DIR, pidfile: Path = VSWITCHD_PIDFILE,
+                 proc: str = "/proc") -> Check:
+    """Two host settings that set what nodes cost in memory: same-page merging for the
+    nested nodes' internal switches, and whether the host's ovs-vswitchd is mlocked
+    (ovs-ctl's default; every page it maps then stays resident). Neither stops create."""
+    problems, fixes, facts = [], [], []
+    state = ksm.state(ksm_dir)
+    if state and state["run"] == 1:
+        facts.append("KSM on")
+    else:
+        problems.append("KSM " + ("absent" if state is None else "off")
+                        + " (nested nodes ~9 MB more each)")
+        if state is not None:
+            fixes.append(f"echo 1 > {ksm_dir}/run (scripts/setup does)")
+    locked = locked_kb(pidfile, proc)
+    if locked:
+        problems.append(f"host ovs-vswitchd mlocked ({locked // 1024} MB locked)")
+        fixes.append("restart OVS with `ovs-ctl ... --no-mlockall` while no lab runs "
+                     "(docs/setup.md)")
+    elif locked == 0:
+        facts.append("host ovs-vswitchd not mlocked")
+    return Check("memory", not problems, "; ".join(problems + facts), "; ".join(fixes))

@@ -8,6 +8,7 @@ from nestednet.capabilities.nodes import (
     datapath_check,
     docker_check,
     is_root,
+    memory_check,
     ovs_check,
     privilege_check,
 )
@@ -26,6 +27,7 @@ def report(image: str | None) -> list[Check]:
     checks.append(cgroup_check())
     checks.append(ovs_check())
     checks.append(datapath_check())
+    checks.append(memory_check())
     checks.extend(qdisc_checks())
     checks.append(emulation_check())
     checks.append(router_check())

@@ -1,11 +1,11 @@
 """A node's inner Docker engine: parked while idle, woken on use.
 
-The children of a nested node run under containerd and its shim; the inner dockerd is
-needed only to start, inspect or exec into them. The entrypoint of a lab node's parent
-(started with ``NESTEDNET_ENGINE_IDLE``) runs it with --live-restore, so it can stop
-while the children run on, and stopped it holds none of
-the ~23 MB it uses running (a 4-iPHY node's cgroup: 61 MB with it, 38 MB parked) -- memory
-per node is what limits how many nodes fit on one machine.
+The children of a nested node run under their containerd shim; the inner dockerd and
+containerd are needed only to start, inspect or exec into them. The entrypoint of a lab
+node's parent (started with ``NESTEDNET_ENGINE_IDLE``) runs dockerd with --live-restore, so
+both can stop while the children run on, and stopped they hold none of the ~23 MB (dockerd)
+and ~9 MB (containerd) they use running -- memory per node is what limits how many nodes
+fit on one machine.
 
 The protocol with the entrypoint (images/dind/entrypoint), all through the node's state
 directory and signals to its parent container:
@@ -13,8 +13,8 @@ directory and signals to its parent container:
 - every use holds a shared flock on ``engine.lock`` and touches it; the entrypoint parks
   only when it can take that lock exclusively without waiting, so an engine in use is
   never parked under its user, and a crashed user's lock dies with it;
-- SIGUSR1 to the parent starts dockerd if it is not running; `using` then waits until
-  the socket answers;
+- SIGUSR1 to the parent starts containerd and dockerd if they are not running; `using`
+  then waits until the socket answers;
 - SIGUSR2 parks it now (`park`, at the end of each node's creation); and an engine that
   nobody touched for a whole ``NESTEDNET_ENGINE_IDLE`` interval parks itself.
 """
