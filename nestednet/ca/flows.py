@@ -5,6 +5,7 @@ in a lab over several hosts, a batch's flows on every host its links touch
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from nestednet.adapters import openflow
@@ -117,6 +118,18 @@ class HostsInstaller:
         self.done = done
         self.timeout = timeout
         self._channels: dict[str, openflow.Channel] = {}
+        self.lost: set[str] = set()
+        """Hosts that stopped answering (`lose`): their part of any batch is left out."""
+
+    def lose(self, host: str) -> None:
+        """``host`` is gone (nestednet.lab.host_watch): its session is dropped and no batch
+        waits for it again; the flows there went with it or are removed by `delete` /
+        `cleanup --hosts` when it is back."""
+        self.lost.add(host)
+        channel = self._channels.pop(host, None)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                channel.close()
 
     def open(self) -> None:
         """A session with every host's bridge now (the first loads os-ken, ~0.5 s): call
@@ -153,6 +166,7 @@ class HostsInstaller:
 
     def _apply(self, op: str, count: int, work: dict[str, openflow.Batch]) -> None:
         """Send each host its part, then read the hosts' answers as they come."""
+        work = {host: batch for host, batch in work.items() if host not in self.lost}
         if not work:
             return
         channels = {host: self._channel(host) for host in work}

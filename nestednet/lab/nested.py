@@ -18,7 +18,7 @@ import docker
 import docker.errors
 
 from nestednet import images
-from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters import cgroups, docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import (
     PARENT_CAPSET_OPTIONS,
@@ -134,24 +134,46 @@ class NestedDesign(NodeDesign):
             lab.wake_engines()
 
     def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
-        entry, parent, _pid = node_container(lab, number)
+        entry, parent, pid = node_container(lab, number)
         if parent is None:
             return entry
-        states = {}
+        states, ooms = {}, {}
         if parent.status == "running":
             try:
                 with lab.inner(number) as inner:
-                    for child in inner.containers.list(all=True):
-                        states[child.name] = child.status
+                    children = inner.containers.list(all=True)
+                states = {child.name: child.status for child in children}
+                ooms = _oom_states(children, pid)
             except EnvironmentProblem:
                 pass
         components = []
         for index, component in enumerate(lab.shape.components()):
             components.append({"component": component,
                                "state": states.get(component, "unknown"),
+                               **ooms.get(component, {}),
                                **component_addresses(plan, number, index)})
         entry["components"] = components
         return entry
+
+    def oom_counters(self, lab: Lab) -> dict[tuple[int, str], Path]:
+        """Each child's memory cgroup, found through its pid (the inner engine starts
+        children under the parent's cgroup, so the host's cgroup tree holds them)."""
+        counters = {}
+        for number in lab.shape.node_numbers():
+            parent = lab.parent(number)
+            if parent.status != "running":
+                continue
+            parent_pid = int(parent.attrs["State"]["Pid"])
+            with lab.inner(number) as inner:
+                pids = {c.name: int(c.attrs["State"]["Pid"] or 0)
+                        for c in inner.containers.list()}
+            here = netlink.host_pids(parent_pid, [p for p in pids.values() if p])
+            for component in lab.shape.components():
+                pid = here.get(pids.get(component, 0))
+                counter = cgroups.oom_counter(pid) if pid else None
+                if counter is not None:
+                    counters[(number, component)] = counter
+        return counters
 
     def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
                 out: Write, err: Write) -> int:
@@ -298,6 +320,23 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
                                  f"{user_image or images.COMPONENT_IMAGE})",
                                  hint="a component's image must run a process that stays up")
     return int(child.attrs["State"]["Pid"])
+
+
+def _oom_states(children: list, parent_pid: int) -> dict[str, dict]:
+    """Each child's memory-limit record for `status`: ``oom_kills`` counted by its
+    cgroup (processes killed there, the main one or an exec'd one; None: not counted)
+    and Docker's ``oom_killed`` (its main process died of it)."""
+    inner = {c.name: int(c.attrs.get("State", {}).get("Pid") or 0) for c in children}
+    here = (netlink.host_pids(parent_pid, [p for p in inner.values() if p])
+            if parent_pid else {})
+    states = {}
+    for child in children:
+        pid = here.get(inner[child.name])
+        counter = cgroups.oom_counter(pid) if pid else None
+        states[child.name] = {
+            "oom_kills": cgroups.oom_kills(counter) if counter is not None else None,
+            "oom_killed": bool(child.attrs.get("State", {}).get("OOMKilled"))}
+    return states
 
 
 def sidecar_of(inner: docker.DockerClient, component: str):

@@ -345,12 +345,14 @@ class SwarmDesign(NodeDesign):
         return mh.HostLinks(record.lab, meta["main_bridge"], self.dp.plan, record.path.parent,
                             dp=self.dp, hosts=hosts)
 
-    def remove_elsewhere(self, record: LabRecord, dry_run: bool) -> list[str]:
+    def remove_elsewhere(self, record: LabRecord, dry_run: bool
+                         ) -> tuple[list[str], dict[str, str]]:
         meta = record.meta()
         if "hosts" not in meta:
-            return []
-        return mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
+            return [], {}
+        done = mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
                                   record.resources(), dry_run)
+        return done.items, done.unreachable
 
 
 def _wiring_args(lab: str, node: int, parent_pid: int, host: mh.HostHandle,
