@@ -156,23 +156,19 @@ class NestedDesign(NodeDesign):
         return entry
 
     def oom_counters(self, lab: Lab) -> dict[tuple[int, str], Path]:
-        """Each child's memory cgroup, found through its pid (the inner engine starts
-        children under the parent's cgroup, so the host's cgroup tree holds them)."""
+        """Each child's memory cgroup: the inner engine starts children below the
+        parent's own cgroup, so the host's cgroup tree holds them (nestednet.adapters
+        .cgroups)."""
         counters = {}
         for number in lab.shape.node_numbers():
             parent = lab.parent(number)
             if parent.status != "running":
                 continue
-            parent_pid = int(parent.attrs["State"]["Pid"])
             with lab.inner(number) as inner:
-                pids = {c.name: int(c.attrs["State"]["Pid"] or 0)
-                        for c in inner.containers.list()}
-            here = netlink.host_pids(parent_pid, [p for p in pids.values() if p])
-            for component in lab.shape.components():
-                pid = here.get(pids.get(component, 0))
-                counter = cgroups.oom_counter(pid) if pid else None
-                if counter is not None:
-                    counters[(number, component)] = counter
+                children = inner.containers.list()
+            found = child_oom_counters(children, int(parent.attrs["State"]["Pid"]))
+            counters.update(((number, name), path) for name, path in found.items()
+                            if name in lab.shape.components())
         return counters
 
     def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
@@ -322,21 +318,48 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
     return int(child.attrs["State"]["Pid"])
 
 
+def child_oom_counters(children: list, parent_pid: int) -> dict[str, Path]:
+    """Child name -> its oom_kill counter file (nestednet.adapters.cgroups.oom_counter).
+
+    A child's cgroup is its id below the parent's (cgroup v1: the parent's entrypoint
+    gives the inner engine its own cgroup as parent) or below the parent's `nestednet`
+    (v2), so most are found without a look at /proc; the rest through their pids (one
+    walk of /proc per node)."""
+    if not parent_pid:
+        return {}
+    parent_counter = cgroups.oom_counter(parent_pid)
+    found: dict[str, Path] = {}
+    missing = []
+    for child in children:
+        candidates = ([parent_counter.parent / child.id / parent_counter.name,
+                       parent_counter.parent / "nestednet" / child.id / parent_counter.name]
+                      if parent_counter is not None else [])
+        path = next((c for c in candidates if c.exists()), None)
+        if path is not None:
+            found[child.name] = path
+        else:
+            missing.append(child)
+    inner = {c.name: int(c.attrs.get("State", {}).get("Pid") or 0) for c in missing}
+    if any(inner.values()):
+        here = netlink.host_pids(parent_pid, [p for p in inner.values() if p])
+        for name, pid in inner.items():
+            counter = cgroups.oom_counter(here[pid]) if pid in here else None
+            if counter is not None:
+                found[name] = counter
+    return found
+
+
 def _oom_states(children: list, parent_pid: int) -> dict[str, dict]:
     """Each child's memory-limit record for `status`: ``oom_kills`` counted by its
     cgroup (processes killed there, the main one or an exec'd one; None: not counted)
     and Docker's ``oom_killed`` (its main process died of it)."""
-    inner = {c.name: int(c.attrs.get("State", {}).get("Pid") or 0) for c in children}
-    here = (netlink.host_pids(parent_pid, [p for p in inner.values() if p])
-            if parent_pid else {})
-    states = {}
-    for child in children:
-        pid = here.get(inner[child.name])
-        counter = cgroups.oom_counter(pid) if pid else None
-        states[child.name] = {
-            "oom_kills": cgroups.oom_kills(counter) if counter is not None else None,
-            "oom_killed": bool(child.attrs.get("State", {}).get("OOMKilled"))}
-    return states
+    counters = child_oom_counters([c for c in children if c.status == "running"],
+                                  parent_pid)
+    return {child.name: {
+        "oom_kills": cgroups.oom_kills(counters[child.name])
+        if child.name in counters else None,
+        "oom_killed": bool(child.attrs.get("State", {}).get("OOMKilled"))}
+        for child in children}
 
 
 def sidecar_of(inner: docker.DockerClient, component: str):

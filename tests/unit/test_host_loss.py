@@ -118,3 +118,42 @@ def test_a_host_is_lost_after_misses_in_a_row_and_reported_once():
 def test_nodes_by_host_reads_the_placement_in_node_order():
     meta = {"placement": {"10": "h1", "2": "h0", "1": "h1", "3": "h0"}}
     assert nodes_by_host(meta) == {"h1": [1, 10], "h0": [2, 3]}
+
+
+def test_a_removal_a_silent_host_holds_up_is_done_host_by_host(monkeypatch):
+    """Before the watch declares a host lost, a step may take one of its links down: the
+    batch times out on that host, and the others still drop the link's flows."""
+    installer = object.__new__(HostsInstaller)
+    installer.lost, installer.timeout = set(), 10.0
+    channels = {"h0": FakeChannel(), "h1": FakeChannel()}
+    installer._channels = dict(channels)
+    opened = []
+
+    def channel(host, timeout=None):
+        opened.append((host, timeout))
+        installer._channels[host] = FakeChannel()
+        return installer._channels[host]
+
+    installer._channel = channel
+    reported = []
+    installer.done = lambda op, count, finished: reported.append((op, count, finished))
+    applied = []
+
+    def apply_all(chs, work, timeout):
+        if "h1" in work:
+            raise EnvironmentProblem("no answer within 10 s from the bridge at tcp:h1:6653")
+        applied.append((sorted(work), timeout))
+        return {h: 0.002 for h in work}, {}
+
+    monkeypatch.setattr("nestednet.ca.flows.openflow.apply_all", apply_all)
+    work = {"h0": ([], [7], []), "h1": ([], [7], [])}
+    installer._apply = lambda op, count, w: apply_all(None, w, 10.0)
+    installer.dp = type("DP", (), {"hosts_of_link": lambda self, a, b: ["h0", "h1"]})()
+    installer._ends = lambda link: link
+    installer.links = type("L", (), {"cookie": lambda self, a, b: 7})()
+    installer.remove([("a", "b")])
+    assert all(c.closed for c in channels.values())  # their open bundles go with them
+    assert opened == [("h0", 2.0), ("h1", 2.0)]
+    assert applied == [(["h0"], 2.0)]
+    assert reported == [("remove", 1, {"h0": 0.002})]
+    assert work  # unchanged input
