@@ -361,10 +361,8 @@ def cleanup(*, dry_run: bool = False,
             hosts: str | Path | HostSet | None = None) -> teardown.Removed:
     """Remove the leftovers of crashed creates and runs (`nestednet cleanup`): only what
     carries NestedNet's marks; complete labs are kept. With ``hosts`` (a hosts file),
-    also the parts of deleted labs left on those hosts while they were not reachable."""
-    result = teardown.cleanup(dry_run=dry_run)
+    instead: the parts of deleted labs left on those hosts while they were not
+    reachable (nothing on this machine is looked at)."""
     if hosts is not None:
-        more = teardown.cleanup_hosts(_hosts(hosts), dry_run=dry_run)
-        result.items.extend(more.items)
-        result.kept.extend(more.kept)
-    return result
+        return teardown.cleanup_hosts(_hosts(hosts), dry_run=dry_run)
+    return teardown.cleanup(dry_run=dry_run)

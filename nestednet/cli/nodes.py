@@ -265,9 +265,9 @@ def delete(lab: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, metavar="FILE",
-              help="Also remove what deleted labs left on these hosts while they were not "
-                   "reachable (`delete` says so and records it), from each host that "
-                   "answers now.")
+              help="Instead: remove what deleted labs left on these hosts while they were "
+                   "not reachable (`delete` says so and records it), from each host that "
+                   "answers now; nothing on this machine is looked at.")
 def cleanup(dry_run: bool, as_json: bool, hosts_file: Path | None) -> None:
     """Remove leftovers of crashed runs, found by label, name and lab records.
 
@@ -277,7 +277,7 @@ def cleanup(dry_run: bool, as_json: bool, hosts_file: Path | None) -> None:
 
     A multi-host lab deleted while one of its hosts was lost keeps its part there;
     once the host is back, `--hosts FILE` removes it (found there by the lab's label
-    and names).
+    and names), and does only that.
 
     \b
       nestednet cleanup --hosts hosts.json
