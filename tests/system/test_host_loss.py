@@ -134,6 +134,8 @@ def hosts(emulated):
     finally:
         if LabRecord(LAB).exists():
             nn("delete", "--lab", LAB)
+        # The emulated hosts go at the session's end, and with them what was left there.
+        remains.path_of(LAB).unlink(missing_ok=True)
 
 
 def test_a_host_lost_mid_run(hosts, tmp_path):
