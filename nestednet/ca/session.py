@@ -48,7 +48,6 @@ from nestednet.model.actions import actions_summary
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
-    FIDELITY,
     HOST_FLOWS,
     HOST_LOST,
     OOM,
@@ -60,7 +59,6 @@ from nestednet.model.events import (
     negotiation_summary,
     route_summary,
 )
-from nestednet.model.fidelity import summary as fidelity_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -625,8 +623,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         if scenario.actions:
             summary.actions = actions_summary(ca_session.events.records)
         if ca_session.shaping is not None:
-            summary.fidelity = fidelity_summary(e.extra for e in ca_session.events.records
-                                                if e.event == FIDELITY)
+            summary.fidelity = ca_session.events.fidelity.result()
     finally:
         if options.remove_lab:
             delete_lab(lab.record)
