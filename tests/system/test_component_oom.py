@@ -7,14 +7,13 @@ kernel kills it. The run must say so (an `oom` event naming the node and the
 component, the summary's `oom`, `status`) and change nothing else: the link's flows
 are the same before and after, and no link comes down.
 
-About a minute (create, a 15 s scenario, delete): `scripts/test oom` runs it
-(NESTEDNET_OOM_TEST=1); `make test` leaves it out.
+About 35 s (create, a 15 s scenario, delete); marked `long`: `scripts/test oom` runs it
+alone, `scripts/test long` with the others; `make test` leaves it out.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,9 +24,7 @@ from labs import forget
 
 from nestednet.model.events import read_events
 
-pytestmark = [pytest.mark.system,
-              pytest.mark.skipif(not os.environ.get("NESTEDNET_OOM_TEST"),
-                                 reason="`scripts/test oom` runs it (NESTEDNET_OOM_TEST=1)")]
+pytestmark = [pytest.mark.system, pytest.mark.long]
 
 CLI = str(Path(sys.executable).parent / "nestednet")
 LAB = "hloom"
