@@ -4,7 +4,7 @@ A host that loses power or its network takes its nodes with it, and nothing on i
 says so: its agents' connections to the CA go quiet (TCP does not notice a cut for
 minutes) and their HELLOs stop. The helper (nestednet.hostd) runs on every host beside
 its engine, so the watch asks each host's helper `hello` once a second over a
-connection of its own with a short timeout; a host whose helper misses ``misses``
+connection of its own with a 3 s timeout; a host whose helper misses ``misses``
 probes in a row is lost, and ``on_lost`` is told once. The run then declares the
 host's nodes dead and takes their links down on the hosts that are left
 (nestednet.ca.session). A host that answers again later stays lost for that run: its
@@ -29,12 +29,13 @@ OnLost = Callable[[str, list[int], str], None]
 """(host, its lab node numbers, the last probe's error), from the watch's thread."""
 
 PROBE_S = 1.0
-PROBE_TIMEOUT_S = 2.0
-MISSES = 4
+PROBE_TIMEOUT_S = 3.0
+MISSES = 5
 """A host is lost after this many failed probes in a row: at least MISSES x PROBE_S
 seconds of silence (up to MISSES x (PROBE_S + PROBE_TIMEOUT_S)). A helper answers
 `hello` in milliseconds (docs/multihost.md: 0.004-0.014 s under 2,000 idle
-connections), so four misses are not load."""
+connections); five misses of 3 s each are not a busy machine (a lost host is declared
+within about 5-20 s, and declaring a live one dead would cost its links)."""
 
 
 def nodes_by_host(meta: dict) -> dict[str, list[int]]:

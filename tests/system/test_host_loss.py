@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.system, pytest.mark.multihost]
 
 LAB = "hlost"
 CLI = str(Path(sys.executable).parent / "nestednet")
-T_DROP, T_BACK, DURATION = 35, 45, 55
+T_DROP, T_BACK, DURATION = 50, 60, 70
 SCENARIO = {
     "format": "nestednet-scenario/1", "name": "host-loss-4x2", "duration": DURATION,
     "iphys": 2, "nodes": [{"name": f"n{k}", "id": k} for k in (1, 2, 3, 4)],
