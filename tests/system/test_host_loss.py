@@ -100,6 +100,7 @@ def bring_back(hosts, name: str) -> float:
     listening on its address); seconds until its helper answers."""
     t0 = time.monotonic()
     container = hosts.client.containers.get(name)
+    (hosts.root / name / "ready").unlink(missing_ok=True)  # the killed run's, not this one's
     container.start()
     emulated_hosts._wait_ready(hosts.root / name)
     container.reload()
