@@ -8,7 +8,7 @@ engine, its helper, its switch, its nodes and its network go at once. Then:
 
 - the run goes on: a `host_lost` event names h1 and its nodes n2 and n4; the three
   links that touch them come down, each `link_down` naming why; h0's switch keeps only
-  n1-n3's flows; a later step takes n1-n3 down and the next makes it again (flows on
+  n1-n3's flows; `status` says n2 and n4 are unreachable, n1 and n3 running; a later step takes n1-n3 down and the next makes it again (flows on
   h0 only), and the run ends normally (exit 0) with the loss in its summary;
 - `delete` removes everything on h0 and on this machine, says h1 was not reachable and
   records what the lab has there;
@@ -161,6 +161,7 @@ def test_a_host_lost_mid_run(hosts, tmp_path):
         lost = wait_for("host_lost event", lambda: events_of(events, "host_lost"), 60)
         detected_s = time.monotonic() - t_cut
         cookies_after = link_cookies(hosts, h0)
+        status = nn("status", "--lab", LAB, "--json")
         out, err = run.communicate(timeout=300)
     finally:
         if run.poll() is None:
@@ -179,6 +180,10 @@ def test_a_host_lost_mid_run(hosts, tmp_path):
                                                     (("n1", "n2"), ("n3", "n4"), ("n2", "n4"))}
     assert all(e.reason and f"host {h1} lost" in e.reason for e in downs), downs
     assert len(cookies_after) == 1, "h0 keeps n1-n3's flows only"
+    assert status.returncode == 0, status.stderr
+    states = {n["node"]: (n["host"], n["state"]) for n in json.loads(status.stdout)["nodes"]}
+    assert states == {"n1": (h0, "running"), "n2": (h1, "unreachable"),
+                      "n3": (h0, "running"), "n4": (h1, "unreachable")}, states
     # The run went on: n1-n3 down at T_DROP and up again at T_BACK, on h0 alone.
     later = [(e.event, frozenset(e.nodes), e.step) for e in records[at:]
              if e.event in ("link_up", "link_down") and set(e.nodes) == {"n1", "n3"}]
