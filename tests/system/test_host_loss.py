@@ -8,7 +8,8 @@ engine, its helper, its switch, its nodes and its network go at once. Then:
 
 - the run goes on: a `host_lost` event names h1 and its nodes n2 and n4; the three
   links that touch them come down, each `link_down` naming why; h0's switch keeps only
-  n1-n3's flows; `status` says n2 and n4 are unreachable, n1 and n3 running; a later step takes n1-n3 down and the next makes it again (flows on
+  n1-n3's flows; `status` says n2 and n4 are unreachable, n1 and n3 running; a later
+  step takes n1-n3 down and the next makes it again (flows on
   h0 only), and the run ends normally (exit 0) with the loss in its summary;
 - `delete` removes everything on h0 and on this machine, says h1 was not reachable and
   records what the lab has there;
