@@ -102,6 +102,10 @@ def bring_back(hosts, name: str) -> float:
     t0 = time.monotonic()
     container = hosts.client.containers.get(name)
     (hosts.root / name / "ready").unlink(missing_ok=True)  # the killed run's, not this one's
+    # A reboot empties /run: the killed dockerd's pid file would stop the new one.
+    upper = Path(container.attrs["GraphDriver"]["Data"]["UpperDir"])
+    for stale in ("run/docker.pid", "var/run/docker.pid"):
+        (upper / stale).unlink(missing_ok=True)
     container.start()
     emulated_hosts._wait_ready(hosts.root / name)
     container.reload()
@@ -196,6 +200,7 @@ def test_a_host_lost_mid_run(hosts, tmp_path):
     assert summary["steps_played"] == 3 and not summary["interrupted"]
     assert link_cookies(hosts, h0) == set(), "the run withdrew its links on h0 at its end"
 
+    print(f"\n[host-loss] h1 declared lost {detected_s:.1f} s after it was stopped")
     t0 = time.monotonic()
     gone = nn("delete", "--lab", LAB)
     delete_s = time.monotonic() - t0
@@ -223,6 +228,7 @@ def test_a_host_lost_mid_run(hosts, tmp_path):
     finally:
         mh.close_all(handles.values())
     assert on_host(hosts, h0) == [] and on_host(hosts, h1) == []
+    print(f"\n[host-loss] events: {[(e.event, e.scenario_time) for e in records[at - 1:at + 4]]}")
     print(f"\n[host-loss] h1 declared lost {detected_s:.1f} s after it was stopped; "
           f"delete {delete_s:.1f} s; h1 back (helper answering) in {back_s:.1f} s; "
           f"cleanup --hosts {cleanup_s:.1f} s; removed there: {removed}")
