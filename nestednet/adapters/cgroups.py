@@ -37,3 +37,41 @@ def cgroup_memory(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup"
     anon = int(stat.get(f"{prefix}rss", stat.get("anon", 0)))
     return {"usage": usage, "used": usage - inactive, "anon": anon,
             "file": int(stat.get(f"{prefix}cache", stat.get("file", 0)))}
+
+
+def oom_counter(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> Path | None:
+    """The file whose ``oom_kill`` line counts the OOM kills in host process ``pid``'s
+    memory cgroup: memory.oom_control (v1, kernel 4.13 on) or memory.events (v2).
+
+    A container's limit is its cgroup's, so this counts the kills of any process in it,
+    its main one or one started by `docker exec`, whether or not Docker's engine is up
+    to see them (a nested node's engine is parked most of the time). None when ``pid``
+    is gone or its cgroup has no such file.
+    """
+    try:
+        lines = Path(f"{proc}/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
+    if v1:
+        path = Path(cgroup, "memory") / v1[0].lstrip("/") / "memory.oom_control"
+    else:
+        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+        if not v2:
+            return None
+        path = Path(cgroup) / v2[0].lstrip("/") / "memory.events"
+    return path if path.exists() else None
+
+
+def oom_kills(counter: Path) -> int | None:
+    """The ``oom_kill`` count in an oom_counter file; None when it cannot be read (the
+    cgroup is gone) or the kernel does not count (v1 before 4.13)."""
+    try:
+        text = counter.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            return int(value)
+    return None

@@ -344,13 +344,25 @@ class Lab:
 def delete(name: str) -> int | None:
     """Delete lab ``name`` even when it is not complete (a crashed create); the number
     of resources removed, or None when there is no such lab."""
+    removed = delete_detailed(name)
+    return None if removed is None else len(removed.items)
+
+
+def delete_detailed(name: str) -> teardown.Removed | None:
+    """As `delete`, with what was removed (``items``) and what could not be
+    (``kept``: the part on a host that did not answer, recorded for `cleanup --hosts`)."""
     lab_record = record.LabRecord(name)
     if not lab_record.exists():
         return None
-    return len(teardown.delete_lab(lab_record).items)
+    return teardown.delete_lab(lab_record)
 
 
-def cleanup(*, dry_run: bool = False) -> teardown.Removed:
+def cleanup(*, dry_run: bool = False,
+            hosts: str | Path | HostSet | None = None) -> teardown.Removed:
     """Remove the leftovers of crashed creates and runs (`nestednet cleanup`): only what
-    carries NestedNet's marks; complete labs are kept."""
+    carries NestedNet's marks; complete labs are kept. With ``hosts`` (a hosts file),
+    instead: the parts of deleted labs left on those hosts while they were not
+    reachable (nothing on this machine is looked at)."""
+    if hosts is not None:
+        return teardown.cleanup_hosts(_hosts(hosts), dry_run=dry_run)
     return teardown.cleanup(dry_run=dry_run)

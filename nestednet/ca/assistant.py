@@ -286,6 +286,12 @@ class CommunicationAssistant:
         """Requests not decided yet, in arrival order."""
         self._wake_at = 0.0
         """When the CA thread will next look at the held requests (0: not scheduled)."""
+        self.dead: dict[str, str] = {}
+        """Nodes declared dead during the run (their host was lost) -> why: they are
+        left out of every visibility from then on, so their links come down and no new
+        one is made (`declare_dead`)."""
+        self._seen: set[frozenset[str]] = set()
+        """The visible pairs last given (before the dead are left out)."""
         self._refusals: list[tuple[int, str, dict]] = []
         """LINK_FAILs of the current batch: sent after its LINK_OK/LINK_UPs, so an agent
         learns of an incoming link before it hears that a request of its own failed,
@@ -627,7 +633,23 @@ class CommunicationAssistant:
             self.progress.scenario_time = scenario_time
             self._update_shaping(time.monotonic())
 
+    def declare_dead(self, nodes: Iterable[str], reason: str) -> list[Link]:
+        """Nodes that are gone for the rest of the run (their host stopped answering):
+        every link of theirs comes down now, as visibility lost (a `link_down` event
+        each, with ``reason``), on the hosts that are left; their pairs stay out of
+        later steps. Returns the links taken down."""
+        new = [node for node in nodes if node in self.node_ids and node not in self.dead]
+        self.dead.update((node, reason) for node in new)
+        before = set(self.table.links())
+        if new and self.progress.step >= 0:
+            self._flows.wait()
+            self._set_visible(self.progress.step, self._seen, time.monotonic())
+        return sorted(before - set(self.table.links()), key=lambda link: link.pair)
+
     def _set_visible(self, step: int, seen: set[frozenset[str]], now: float) -> None:
+        self._seen = seen
+        if self.dead:
+            seen = {pair for pair in seen if not pair & self.dead.keys()}
         pairs = seen
         if self.shaping is not None:
             self.shaping.set_step(step)
@@ -641,8 +663,11 @@ class CommunicationAssistant:
             self.progress.last_change = time.monotonic()
             for link in ends:
                 self.progress.links_down += 1
+                dead = [n for n in (link.a, link.b) if n in self.dead]
                 self._event("link_down", nodes=[link.a, link.b], iphys=link.numbers(),
-                            latency_ms=round((time.monotonic() - now) * 1000, 3))
+                            latency_ms=round((time.monotonic() - now) * 1000, 3),
+                            **({"reason": f"{' and '.join(dead)} dead: "
+                                          f"{self.dead[dead[0]]}"} if dead else {}))
         if self.shaping is not None:
             # Links that stay up first: their traffic flows; lost links' flows are gone.
             self._update_shaping(now)
@@ -654,6 +679,7 @@ class CommunicationAssistant:
             self.visible[b].append(a)
         for node, peers in self.visible.items():
             peers.sort()
-            self._send_step(node)
+            if node not in self.dead:
+                self._send_step(node)
         if self._held:
             self._decide_held()

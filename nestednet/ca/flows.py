@@ -5,6 +5,8 @@ in a lab over several hosts, a batch's flows on every host its links touch
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable
 
 from nestednet.adapters import openflow
@@ -13,6 +15,8 @@ from nestednet.errors import EnvironmentProblem
 from nestednet.lab.multihost import HostLinks
 from nestednet.model import link_rules
 from nestednet.model import topology as topo
+
+log = logging.getLogger("nestednet.ca")
 
 PortOf = Callable[[str, str], int]
 """(scenario node, iPHY name) -> OpenFlow port number on the main bridge."""
@@ -117,6 +121,15 @@ class HostsInstaller:
         self.done = done
         self.timeout = timeout
         self._channels: dict[str, openflow.Channel] = {}
+        self.lost: set[str] = set()
+        """Hosts that stopped answering (`lose`): their part of any batch is left out."""
+
+    def lose(self, host: str) -> None:
+        """``host`` is gone (nestednet.lab.host_watch): its session is dropped and no batch
+        waits for it again; the flows there went with it or are removed by `delete` /
+        `cleanup --hosts` when it is back."""
+        self.lost.add(host)
+        self._drop(host)
 
     def open(self) -> None:
         """A session with every host's bridge now (the first loads os-ken, ~0.5 s): call
@@ -124,12 +137,12 @@ class HostsInstaller:
         for host in self.dp.tunnels:
             self._channel(host)
 
-    def _channel(self, host: str) -> openflow.Channel:
+    def _channel(self, host: str, timeout: float | None = None) -> openflow.Channel:
         if host not in self._channels:
             assert self.links.hosts is not None
             self._channels[host] = self.links.hosts[host].channel(
                 self.links.bridge, self.dp.openflow_port, self.dp.dpid(host),
-                timeout=self.timeout)
+                timeout=self.timeout if timeout is None else timeout)
         return self._channels[host]
 
     def _ends(self, link: LinkEnds) -> link_rules.Link:
@@ -149,10 +162,54 @@ class HostsInstaller:
         for a, b in map(self._ends, links):
             for host in self.dp.hosts_of_link(a, b):
                 work.setdefault(host, ([], [], []))[1].append(self.links.cookie(a, b))
-        self._apply("remove", len(links), work)
+        try:
+            self._apply("remove", len(links), work)
+        except EnvironmentProblem as exc:
+            if "no answer" not in str(exc) and not isinstance(exc.__cause__, OSError):
+                raise
+            self._remove_each(len(links), work, exc)
+
+    RETRY_TIMEOUT = 2.0
+    """Seconds each host gets when a removal is retried host by host."""
+
+    def _remove_each(self, count: int, work: dict[str, openflow.Batch],
+                     first: Exception) -> None:
+        """A host did not answer a removal (lost, before the host watch has said so): the
+        sessions in it are dropped (their open bundles with them) and each host gets its
+        part alone, shortly; a host that still does not answer keeps those flows (they
+        are on a host that is gone; `delete` and `cleanup --hosts` remove them there).
+        A link taken down is down wherever its flows can be removed: the run goes on."""
+        log.warning("removing flows: %s; trying host by host", first)
+        for host in work:
+            self._drop(host)
+        finished: dict[str, float] = {}
+        for host, batch in sorted(work.items()):
+            if host in self.lost:
+                continue
+            try:
+                channel = self._channel(host, timeout=self.RETRY_TIMEOUT)
+                done, refused = openflow.apply_all({host: channel}, {host: batch},
+                                                   self.RETRY_TIMEOUT)
+            except EnvironmentProblem as exc:
+                log.warning("host %s keeps the flows of %d link(s) taken down: %s", host,
+                            count, exc)
+                self._drop(host)
+                continue
+            if refused:
+                raise EnvironmentProblem(f"host {host} refused flow changes: "
+                                         + "; ".join(refused[host][:3]))
+            finished.update(done)
+        self.done("remove", count, finished)
+
+    def _drop(self, host: str) -> None:
+        channel = self._channels.pop(host, None)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                channel.close()
 
     def _apply(self, op: str, count: int, work: dict[str, openflow.Batch]) -> None:
         """Send each host its part, then read the hosts' answers as they come."""
+        work = {host: batch for host, batch in work.items() if host not in self.lost}
         if not work:
             return
         channels = {host: self._channel(host) for host in work}

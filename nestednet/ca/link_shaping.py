@@ -49,6 +49,9 @@ class RunShaping:
         self.factors: dict[frozenset[str], float] = {}
         """Pairs under a degrade action: their properties scaled (model.actions.degraded)."""
         self.timings: list[dict[str, Any]] = []
+        self.gone: set[str] = set()
+        """Nodes whose host was lost mid-run: their ports' trees cannot be reached and
+        are left to `delete` / `cleanup --hosts`."""
 
     def check(self) -> dict[str, Any]:
         """Refuse what the kernel cannot do (UsageError); the ``shaping`` event's fields."""
@@ -121,4 +124,5 @@ class RunShaping:
     def down(self, links: list[LinkEnds]) -> None:
         """Remove the trees of links taken down (after their flows)."""
         self.shaper.down([iphy_port(self.lab, self.endpoint_of(node, iphy)) for link in links
-                          for node, iphy in ((link.a, link.a_iphy), (link.b, link.b_iphy))])
+                          for node, iphy in ((link.a, link.a_iphy), (link.b, link.b_iphy))
+                          if node not in self.gone])

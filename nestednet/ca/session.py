@@ -35,8 +35,10 @@ from nestednet.ca.server import CA_NICE, ControlServer, listen
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import designs, runs
 from nestednet.lab.create import CreateRequest, create
+from nestednet.lab.host_watch import HostWatch
 from nestednet.lab.multihost import HostLinks
 from nestednet.lab.nodes import Lab
+from nestednet.lab.oom_watch import OomWatch
 from nestednet.lab.record import LabRecord
 from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.shaping import LabShaper
@@ -47,6 +49,8 @@ from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
     HOST_FLOWS,
+    HOST_LOST,
+    OOM,
     PLAY,
     RESUMED,
     ROUTE,
@@ -124,6 +128,11 @@ class RunSummary:
     fidelity: dict = field(default_factory=dict)
     """model.fidelity.summary: shaped directions checked at each step's end, matched."""
     """model.actions.actions_summary: cues played and failed, per measurement its figures."""
+    lost_hosts: dict = field(default_factory=dict)
+    """Host -> {nodes, links_down} for each host lost during the run (its nodes dead)."""
+    oom: dict = field(default_factory=dict)
+    """"node:component" -> OOM kills in it during the run, for those with one
+    (nestednet.lab.oom_watch); their links were left as they were."""
     host_flows: dict = field(default_factory=dict)
     """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
     hosts and the spread between hosts, p50/p90/max ms; empty on one host."""
@@ -440,6 +449,58 @@ def _route_events(lab: Lab, ca_session: CaSession, routing: str) -> Iterator[Non
         yield
 
 
+@contextlib.contextmanager
+def _oom_events(lab: Lab, ca_session: CaSession, summary: RunSummary) -> Iterator[None]:
+    """Every OOM kill in a component is an `oom` event and a line of the summary; the
+    links stay as they are (nestednet.lab.oom_watch)."""
+    names = {k: name for name, k in ca_session.lab_node.items()}
+    ca = ca_session.ca
+
+    def record(number: int, component: str, new: int, total: int) -> None:
+        node = names.get(number, topo.node_name(number))
+        links = len(ca_session.table.links_of(node))
+        ca_session.events.write(OOM, scenario_time=ca.progress.scenario_time,
+                                step=ca.progress.step, nodes=[node], component=component,
+                                kills=new, oom_kills=total,
+                                memory_mb=lab.meta.get("memory_mb"), links=links)
+        summary.oom[f"{node}:{component}"] = summary.oom.get(f"{node}:{component}", 0) + new
+
+    with OomWatch(lab, record):
+        yield
+
+
+@contextlib.contextmanager
+def _host_loss(lab: Lab, ca_session: CaSession, summary: RunSummary) -> Iterator[None]:
+    """In a lab over several hosts, a host that stops answering (nestednet.lab.host_watch)
+    is a `host_lost` event; its nodes are dead for the rest of the run and their links
+    come down on the hosts left, while play goes on for those."""
+    if not isinstance(ca_session.installer, HostsInstaller):
+        yield
+        return
+    names = {k: name for name, k in ca_session.lab_node.items()}
+    ca = ca_session.ca
+
+    def lost(host: str, numbers: list[int], error: str) -> None:
+        dead = [names[k] for k in numbers if k in names]
+
+        def on_ca_thread() -> int:
+            ca_session.installer.lose(host)
+            if ca_session.shaping is not None:
+                ca_session.shaping.gone.update(dead)
+            links = sum(1 for link in ca_session.table.links()
+                        if link.src in dead or link.dst in dead)
+            ca_session.events.write(HOST_LOST, scenario_time=ca.progress.scenario_time,
+                                    step=ca.progress.step, nodes=dead, host=host,
+                                    error=error, links=links)
+            return len(ca.declare_dead(dead, f"host {host} lost"))
+
+        down = ca_session.server.call(on_ca_thread, 60)
+        summary.lost_hosts[host] = {"nodes": dead, "links_down": down}
+
+    with HostWatch(lab, lost):
+        yield
+
+
 def _check_events(ca_session: CaSession, path: Path, summary: RunSummary) -> None:
     """EnvironmentProblem when the events file's disk refused a write (the run was stopped
     for it); raised inside the session, whose close removes the links."""
@@ -522,6 +583,8 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             summary.routing = lab.meta.get("routing", "none")
             with (StepPictures(scenario, ca_session, options.plot_dir) as pictures,
                   _route_events(lab, ca_session, summary.routing),
+                  _oom_events(lab, ca_session, summary),
+                  _host_loss(lab, ca_session, summary),
                   contextlib.closing(actions) if actions else contextlib.nullcontext()):
                 clock = runs.ScenarioClock(options.lab)
                 try:

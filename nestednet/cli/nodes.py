@@ -159,7 +159,7 @@ def status(lab: str, as_json: bool) -> None:
                           node.get("node_address", "") if first else "",
                           node["state"] if first else "",
                           str(node.get("memory_mb")) if first else "",
-                          comp.get("component", ""), comp.get("state", ""),
+                          comp.get("component", ""), _component_state(comp),
                           _ip(comp.get("intra", "")),
                           _ip(comp.get("inter", comp.get("control", ""))))
             first = False
@@ -172,6 +172,17 @@ def status(lab: str, as_json: bool) -> None:
                               f"({link['b_address']}){across}")
     else:
         out_console.print("no links (nodes cannot reach each other; `nestednet link add`)")
+
+
+def _component_state(comp: dict) -> str:
+    """Its state, and the OOM kills its memory limit caused (`create --memory`)."""
+    kills = comp.get("oom_kills")
+    text = comp.get("state", "")
+    if kills:
+        text += f", {kills} OOM kill{'s' if kills != 1 else ''}"
+    if comp.get("oom_killed"):
+        text += " (its main process: OOM)"
+    return text
 
 
 def _ip(address: str) -> str:
@@ -238,29 +249,43 @@ def swap(lab: str, node: str, component: str, path: Path, restart: bool,
 def delete(lab: str) -> None:
     """Remove everything the lab created (containers, veths, bridges, netns, files)."""
     # Lazy: the API loads the lab runtime (docker, pyroute2).
-    from nestednet.api.lab import delete as delete_lab
+    from nestednet.api.lab import delete_detailed
 
-    removed = delete_lab(lab)
+    removed = delete_detailed(lab)
     if removed is None:
         out_console.print(f"no lab {lab}: nothing to delete")
         return
-    out_console.print(f"lab {lab} deleted ({removed} resources)")
+    out_console.print(f"lab {lab} deleted ({len(removed.items)} resources)")
+    for item in removed.kept:
+        err_console.print(f"kept: {item}", highlight=False, soft_wrap=True)
 
 
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def cleanup(dry_run: bool, as_json: bool) -> None:
+@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help="Instead: remove what deleted labs left on these hosts while they were "
+                   "not reachable (`delete` says so and records it), from each host that "
+                   "answers now; nothing on this machine is looked at.")
+def cleanup(dry_run: bool, as_json: bool, hosts_file: Path | None) -> None:
     """Remove leftovers of crashed runs, found by label, name and lab records.
 
     Unfinished labs whose create is no longer running, and containers, OVS bridges
     and namespaces carrying NestedNet marks but no lab record. Complete labs are
     kept (remove them with `nestednet delete`); nothing without our marks is touched.
+
+    A multi-host lab deleted while one of its hosts was lost keeps its part there;
+    once the host is back, `--hosts FILE` removes it (found there by the lab's label
+    and names), and does only that.
+
+    \b
+      nestednet cleanup --hosts hosts.json
     """
     # Lazy: the API loads the lab runtime (docker, pyroute2).
     from nestednet.api.lab import cleanup as lab_cleanup
 
-    result = lab_cleanup(dry_run=dry_run)
+    result = lab_cleanup(dry_run=dry_run, hosts=hosts_file)
     if as_json:
         print_json({"dry_run": dry_run, "removed": result.items, "kept": result.kept})
         return

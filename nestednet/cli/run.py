@@ -268,6 +268,16 @@ def _print_summary(summary: session.RunSummary, plot_dir: Path | None, as_json: 
     if summary.fidelity:
         out_console.print(describe_fidelity(summary.fidelity), highlight=False,
                           soft_wrap=True)
+    for host, lost in sorted(summary.lost_hosts.items()):
+        out_console.print(f"host {host} lost mid-run: nodes {', '.join(lost['nodes'])} dead, "
+                          f"{lost['links_down']} of their links taken down; the run went on "
+                          "on the other hosts", highlight=False, soft_wrap=True)
+    if summary.oom:
+        out_console.print("out of memory (killed by the kernel at the component's limit; "
+                          "links unchanged): " + ", ".join(
+                              f"{where} {kills} kill{'s' if kills != 1 else ''}"
+                              for where, kills in sorted(summary.oom.items())),
+                          highlight=False, soft_wrap=True)
     if summary.actions:
         out_console.print(describe_actions(summary.actions), highlight=False,
                           soft_wrap=True)

@@ -84,8 +84,10 @@ class HelperClient:
     """Requests to one host's helper."""
 
     def __init__(self, host: str, address: str, port: int, tls: Tls | None,
-                 timeout: float = 120.0, *, insecure: bool = False) -> None:
+                 timeout: float = 120.0, *, insecure: bool = False,
+                 connect_timeout: float = 10.0) -> None:
         self.host, self.address, self.port, self.timeout = host, address, port, timeout
+        self.connect_timeout = connect_timeout
         if tls is None and not insecure:
             raise UsageError(f"host {host}: the hosts file gives no `ssl`, so its helper "
                              "would be reached over plain TCP", hint=INSECURE_HINT)
@@ -100,7 +102,8 @@ class HelperClient:
     def connect(self) -> socket.socket:
         """A new connection (TLS when the hosts file has `ssl`)."""
         try:
-            raw = socket.create_connection((self.address, self.port), timeout=10)
+            raw = socket.create_connection((self.address, self.port),
+                                           timeout=self.connect_timeout)
         except OSError as exc:
             raise EnvironmentProblem(
                 f"host {self.host}: no helper at {self.address}:{self.port} ({exc})",

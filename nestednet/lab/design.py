@@ -210,9 +210,11 @@ class NodeDesign(abc.ABC):
         """Nodes whose parent is not running (killed, stopped or gone)."""
         return dead_nodes(lab.client, lab.record.lab, lab.shape.nodes)
 
-    def remove_elsewhere(self, record: LabRecord, dry_run: bool) -> list[str]:
-        """Remove the recorded resources that are not on this machine (`delete`)."""
-        return []
+    def remove_elsewhere(self, record: LabRecord, dry_run: bool
+                         ) -> tuple[list[str], dict[str, str]]:
+        """Remove the recorded resources that are not on this machine (`delete`): what
+        was removed, and the hosts that could not be reached (host -> why)."""
+        return [], {}
 
     def before_use(self, lab: Lab) -> None:  # noqa: B027 (optional step, none by default)
         """Called before a command visits every node in turn (`status`, `run`'s route
@@ -229,6 +231,14 @@ class NodeDesign(abc.ABC):
             inner_pid = int(child.attrs["State"]["Pid"])
         parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
         return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
+
+    def oom_counters(self, lab: Lab) -> dict[tuple[int, str], Path]:
+        """(node number, component) -> the file counting its memory cgroup's OOM kills
+        (nestednet.adapters.cgroups.oom_counter), for the components this design can see
+        from here; a run reports each new kill (nestednet.lab.oom_watch). None by
+        default: a flat node's components share one container, and a multi-host lab's
+        cgroups are on their hosts."""
+        return {}
 
     def route_sources(self, lab: Lab) -> list:
         """What `run`'s route watch reads (nestednet.lab.route_watch): objects with

@@ -364,7 +364,7 @@ def leftovers(lab: str, manager: docker.DockerClient, hosts: Iterable[HostHandle
 # --- reaching the hosts of a lab -----------------------------------------------------------
 
 
-def connect(host: Host, hosts: HostSet) -> HostHandle:
+def connect(host: Host, hosts: HostSet, *, connect_timeout: float = 10.0) -> HostHandle:
     """A handle on ``host``, every part over the network: its engine at the hosts file's
     `engine` URL, OVSDB at its `ovsdb` remote, OpenFlow to its address and its helper
     (nestednet.hostd, `nestednet hosts prepare`), TLS for both with the file's `ssl`.
@@ -376,7 +376,8 @@ def connect(host: Host, hosts: HostSet) -> HostHandle:
                          hint="e.g. \"engine\": \"ssh://root@ADDRESS\", \"ovsdb\": "
                               "\"ssl:ADDRESS:6641\" (docs/multihost.md, section 3)")
     helper = hostd.HelperClient(host.name, host.address, hostd_service.port_of(hosts),
-                                hosts.ssl, insecure=hosts.insecure)
+                                hosts.ssl, insecure=hosts.insecure,
+                                connect_timeout=connect_timeout)
     try:
         hello = helper.call("hello")
     except EnvironmentProblem:
@@ -510,22 +511,40 @@ class HostLinks(LabLinks):
 # --- delete from the lab record -----------------------------------------------------------
 
 
+@dataclass
+class Removal:
+    """What removing a lab's part on other hosts did: ``items`` removed, and the hosts
+    that could not be reached (host -> why), whose part is left there."""
+
+    items: list[str]
+    unreachable: dict[str, str]
+
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds `delete` and `cleanup --hosts` wait for a host's helper to accept a
+connection before taking the host as unreachable."""
+
+
 def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
-                    dry_run: bool = False) -> list[str]:
+                    dry_run: bool = False) -> Removal:
     """Remove the recorded resources of ``lab`` that live on other hosts: services first
     (Swarm stops their containers), then per host its containers' volumes, bridges,
-    interfaces and state directories. Only what carries the lab's label or name."""
+    interfaces and state directories. Only what carries the lab's label or name. A host
+    that does not answer is skipped (`Removal.unreachable`): the others are cleared all
+    the same (a lab whose host was lost, issue #32)."""
     elsewhere = [r for r in resources if r.where != "host"]
+    result = Removal([], {})
     if not elsewhere:
-        return []
-    removed: list[str] = []
+        return result
+    removed = result.items
     names = sorted({r.where for r in elsewhere})
     reachable = {}
     for name in names:
         try:
-            reachable[name] = connect(hosts.named(name), hosts)
+            reachable[name] = connect(hosts.named(name), hosts,
+                                      connect_timeout=CONNECT_TIMEOUT)
         except EnvironmentProblem as exc:
-            removed.append(f"{name}: not reachable, nothing removed there ({exc})")
+            result.unreachable[name] = str(exc)
     try:
         services = {r.name for r in elsewhere if r.kind == SERVICE}
         # Named before the services go: Swarm removes their containers, not always the
@@ -575,6 +594,44 @@ def remove_recorded(lab: str, hosts: HostSet, resources: Iterable[Resource],
                 removed += [f"{name}: directory {d}/" for d in gone]
     finally:
         close_all(reachable.values())
+    return result
+
+
+def remove_found(lab: str, host: HostHandle, names: Iterable[str] = (),
+                 dry_run: bool = False) -> list[str]:
+    """Remove what of ``lab`` is found on ``host`` by its label and names, whatever the
+    record says (`cleanup --hosts` on a host that was lost while the lab was deleted):
+    its containers and their volumes, its OVS bridges, its interfaces (those the helper
+    lists for the lab, and ``names``), its parents' state directories."""
+    removed = []
+    volumes = _volumes(lab, host)
+    for c in _lab_containers(lab, host):
+        if not dry_run:
+            with contextlib.suppress(docker.errors.NotFound):
+                host.engine.api.remove_container(c["Id"], v=True, force=True)
+        removed.append(f"{host.name}: container {c['Names'][0].lstrip('/')}")
+    for volume in volumes:
+        if not dry_run:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                host.engine.volumes.get(volume).remove(force=True)
+        removed.append(f"{host.name}: volume {volume[:12]}")
+    for bridge, ids in sorted(host.ovs.bridges().items()):
+        if ids.get(LAB_ID) == lab:
+            if not dry_run:
+                host.ovs.del_bridge(bridge)
+            removed.append(f"{host.name}: OVS bridge {bridge}")
+    interfaces = sorted(set(host.helper.call("link.list", lab=lab))
+                        | {n for n in names if n.startswith(f"{lab}-")})
+    if interfaces:
+        gone = ([n for n, there in host.helper.call("link.exists", names=interfaces).items()
+                 if there] if dry_run
+                else host.helper.call("link.delete", lab=lab, names=interfaces))
+        removed += [f"{host.name}: interface {n}" for n in sorted(gone)]
+    directories = sorted(host.helper.call("state.list", lab=lab))
+    if directories:
+        gone = directories if dry_run else host.helper.call("state.remove", lab=lab,
+                                                            names=directories)
+        removed += [f"{host.name}: directory {d}/" for d in gone]
     return removed
 
 

@@ -18,7 +18,7 @@ import docker
 import docker.errors
 
 from nestednet import images
-from nestednet.adapters import docker_engine, netlink
+from nestednet.adapters import cgroups, docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import (
     PARENT_CAPSET_OPTIONS,
@@ -134,24 +134,42 @@ class NestedDesign(NodeDesign):
             lab.wake_engines()
 
     def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
-        entry, parent, _pid = node_container(lab, number)
+        entry, parent, pid = node_container(lab, number)
         if parent is None:
             return entry
-        states = {}
+        states, ooms = {}, {}
         if parent.status == "running":
             try:
                 with lab.inner(number) as inner:
-                    for child in inner.containers.list(all=True):
-                        states[child.name] = child.status
+                    children = inner.containers.list(all=True)
+                states = {child.name: child.status for child in children}
+                ooms = _oom_states(children, pid)
             except EnvironmentProblem:
                 pass
         components = []
         for index, component in enumerate(lab.shape.components()):
             components.append({"component": component,
                                "state": states.get(component, "unknown"),
+                               **ooms.get(component, {}),
                                **component_addresses(plan, number, index)})
         entry["components"] = components
         return entry
+
+    def oom_counters(self, lab: Lab) -> dict[tuple[int, str], Path]:
+        """Each child's memory cgroup: the inner engine starts children below the
+        parent's own cgroup, so the host's cgroup tree holds them (nestednet.adapters
+        .cgroups)."""
+        counters = {}
+        for number in lab.shape.node_numbers():
+            parent = lab.parent(number)
+            if parent.status != "running":
+                continue
+            with lab.inner(number) as inner:
+                children = inner.containers.list()
+            found = child_oom_counters(children, int(parent.attrs["State"]["Pid"]))
+            counters.update(((number, name), path) for name, path in found.items()
+                            if name in lab.shape.components())
+        return counters
 
     def exec_in(self, lab: Lab, node: str, component: str, command: list[str],
                 out: Write, err: Write) -> int:
@@ -298,6 +316,50 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
                                  f"{user_image or images.COMPONENT_IMAGE})",
                                  hint="a component's image must run a process that stays up")
     return int(child.attrs["State"]["Pid"])
+
+
+def child_oom_counters(children: list, parent_pid: int) -> dict[str, Path]:
+    """Child name -> its oom_kill counter file (nestednet.adapters.cgroups.oom_counter).
+
+    A child's cgroup is its id below the parent's (cgroup v1: the parent's entrypoint
+    gives the inner engine its own cgroup as parent) or below the parent's `nestednet`
+    (v2), so most are found without a look at /proc; the rest through their pids (one
+    walk of /proc per node)."""
+    if not parent_pid:
+        return {}
+    parent_counter = cgroups.oom_counter(parent_pid)
+    found: dict[str, Path] = {}
+    missing = []
+    for child in children:
+        candidates = ([parent_counter.parent / child.id / parent_counter.name,
+                       parent_counter.parent / "nestednet" / child.id / parent_counter.name]
+                      if parent_counter is not None else [])
+        path = next((c for c in candidates if c.exists()), None)
+        if path is not None:
+            found[child.name] = path
+        else:
+            missing.append(child)
+    inner = {c.name: int(c.attrs.get("State", {}).get("Pid") or 0) for c in missing}
+    if any(inner.values()):
+        here = netlink.host_pids(parent_pid, [p for p in inner.values() if p])
+        for name, pid in inner.items():
+            counter = cgroups.oom_counter(here[pid]) if pid in here else None
+            if counter is not None:
+                found[name] = counter
+    return found
+
+
+def _oom_states(children: list, parent_pid: int) -> dict[str, dict]:
+    """Each child's memory-limit record for `status`: ``oom_kills`` counted by its
+    cgroup (processes killed there, the main one or an exec'd one; None: not counted)
+    and Docker's ``oom_killed`` (its main process died of it)."""
+    counters = child_oom_counters([c for c in children if c.status == "running"],
+                                  parent_pid)
+    return {child.name: {
+        "oom_kills": cgroups.oom_kills(counters[child.name])
+        if child.name in counters else None,
+        "oom_killed": bool(child.attrs.get("State", {}).get("OOMKilled"))}
+        for child in children}
 
 
 def sidecar_of(inner: docker.DockerClient, component: str):

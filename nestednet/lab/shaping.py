@@ -22,6 +22,7 @@ adapters/tc), the same code linkemu uses. This module adds what a lab needs:
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from nestednet.model import link_rules, tcplan
 from nestednet.model import topology as topo
 from nestednet.model.link_properties import LinkProperties, PropertyError, parse_properties
 from nestednet.model.shaping_policy import SHAPER, ShapingPolicy
+
+log = logging.getLogger("nestednet.shaping")
 
 STATE_FILE = "shaping.json"
 
@@ -101,6 +104,10 @@ class LabShaper:
         (docs/multihost.md)."""
         self._lock = threading.Lock()
         self._recorded = {r.name for r in record.resources() if r.kind == TC_ROOT}
+        self._where: dict[str, str | None] = {}
+        """Each port's namespace as `up` was given it, before its state is saved: a
+        rollback of a failed `up` (a tree built on one host, the next host refused)
+        removes the trees where they were built, not on this machine."""
         self._state: dict[str, dict[str, Any]] = _load(self.state_file)
         self._offloads_off: set[str] = set()
         self._index: dict[str, int] = {}
@@ -115,7 +122,9 @@ class LabShaper:
 
     def netns(self, port: str) -> str | None:
         """The network namespace a shaped port lives in (None: this machine's)."""
-        return self._state.get(port, {}).get("netns")
+        if port in self._state:
+            return self._state[port].get("netns")
+        return self._where.get(port)
 
     def configured(self, port: str) -> LinkProperties | None:
         entry = self._state.get(port)
@@ -133,6 +142,7 @@ class LabShaper:
             self.policy.check(d.properties, d.name)
         netns = {d.port: d.netns for d in directions}
         with self._lock:
+            self._where.update(netns)
             for d in directions:
                 if d.port not in self._recorded:
                     self.record.add(TC_ROOT, d.port, d.where)
@@ -293,7 +303,10 @@ def add_link(links: LabLinks, shaper: LabShaper, a: topo.Endpoint, b: topo.Endpo
         return links.add(a, b, before=shape_first)
     except BaseException:
         if shaped and directions:
-            shaper.down([d.port for d in directions])
+            try:
+                shaper.down([d.port for d in directions])
+            except Exception as undo:  # the first error is the one to report
+                log.warning("removing the trees of a link that failed: %s", undo)
         raise
 
 

@@ -112,6 +112,8 @@ class SwarmDesign(NodeDesign):
         self.archive: Path | None = None
         self.control: list[ControlTunnel] = []
         self.user_archives: list[Path] = []
+        self.unreachable: dict[str, str] = {}
+        """Hosts that did not answer a tolerant open (`status`) -> why."""
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -211,23 +213,45 @@ class SwarmDesign(NodeDesign):
         # The archive stays (one per image id): the next create loads it without a save.
         mh.close_all(self.hosts.values())
         self.hosts = {}
+        self.unreachable = {}
 
     # --- using a multi-host lab -------------------------------------------------------
 
-    def _open(self, meta: dict) -> dict[str, mh.HostHandle]:
-        """Handles on the lab's hosts (opened once per design object)."""
+    def _open(self, meta: dict, *, tolerant: bool = False) -> dict[str, mh.HostHandle]:
+        """Handles on the lab's hosts (opened once per design object). ``tolerant``
+        (`status`): a host that does not answer is left out and noted in
+        ``unreachable`` instead of failing the command."""
         if not self.hosts:
             self.dp = data_plane(meta)
-            self.hosts = mh.connect_all(pl.hosts_from_doc(meta["hosts"]),
-                                        sorted(set(self.dp.placement.values())))
+            hosts = pl.hosts_from_doc(meta["hosts"])
+            names = sorted(set(self.dp.placement.values()))
+            if not tolerant:
+                self.hosts = mh.connect_all(hosts, names)
+                return self.hosts
+            for name in names:
+                try:
+                    self.hosts[name] = mh.connect(hosts.named(name), hosts,
+                                                  connect_timeout=mh.CONNECT_TIMEOUT)
+                except EnvironmentProblem as exc:
+                    self.unreachable[name] = str(exc)
         return self.hosts
 
     def _host(self, lab: Lab, number: int) -> mh.HostHandle:
-        return self._open(lab.meta)[lab.meta["placement"][str(number)]]
+        name = lab.meta["placement"][str(number)]
+        if name in self.unreachable:
+            raise EnvironmentProblem(f"node n{number}'s host {name} is not reachable: "
+                                     f"{self.unreachable[name]}")
+        return self._open(lab.meta)[name]
 
     def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
-        host = self._host(lab, number)
+        self._open(lab.meta, tolerant=True)
+        where = lab.meta["placement"][str(number)]
         name = topo.parent_container(lab.record.lab, number)
+        if where in self.unreachable:  # lost: whatever runs there, this lab cannot use it
+            return {"node": topo.node_name(number), "container": name, "host": where,
+                    "state": "unreachable", "error": self.unreachable[where],
+                    "components": []}
+        host = self._host(lab, number)
         entry: dict = {"node": topo.node_name(number), "container": name, "host": host.name}
         parent = _parent(host, lab.record.lab, name)
         if parent is None:
@@ -345,12 +369,14 @@ class SwarmDesign(NodeDesign):
         return mh.HostLinks(record.lab, meta["main_bridge"], self.dp.plan, record.path.parent,
                             dp=self.dp, hosts=hosts)
 
-    def remove_elsewhere(self, record: LabRecord, dry_run: bool) -> list[str]:
+    def remove_elsewhere(self, record: LabRecord, dry_run: bool
+                         ) -> tuple[list[str], dict[str, str]]:
         meta = record.meta()
         if "hosts" not in meta:
-            return []
-        return mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
+            return [], {}
+        done = mh.remove_recorded(record.lab, pl.hosts_from_doc(meta["hosts"]),
                                   record.resources(), dry_run)
+        return done.items, done.unreachable
 
 
 def _wiring_args(lab: str, node: int, parent_pid: int, host: mh.HostHandle,

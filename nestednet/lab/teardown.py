@@ -19,8 +19,10 @@ import docker.errors
 from nestednet.adapters import docker_engine, netlink, tc
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import PROBE_LABEL, PROBE_PREFIX
-from nestednet.errors import UsageError
-from nestednet.lab import designs, lock, node_image, runs
+from nestednet.errors import EnvironmentProblem, UsageError
+from nestednet.hostd import service as hostd_service
+from nestednet.lab import designs, lock, node_image, remains, runs
+from nestednet.lab import multihost as mh
 from nestednet.lab.record import (
     CONTAINER,
     LABS_DIR,
@@ -33,6 +35,7 @@ from nestednet.lab.record import (
 )
 from nestednet.lab.runs import alive as _alive
 from nestednet.lab.wiring import LAB_ID
+from nestednet.model.placement import HostSet
 from nestednet.signals import deferred_sigint
 
 Report = Callable[[str], None]
@@ -63,7 +66,17 @@ def delete_lab(record: LabRecord, *, client: docker.DockerClient | None = None,
 def _delete_locked(record: LabRecord, client: docker.DockerClient | None, ovs: Ovsdb | None,
                    dry_run: bool) -> Removed:
     removed = Removed()
-    removed.items.extend(designs.of(record.meta()).remove_elsewhere(record, dry_run))
+    meta = record.meta()
+    items, unreachable = designs.of(meta).remove_elsewhere(record, dry_run)
+    removed.items.extend(items)
+    if unreachable:
+        where = (remains.record(record.lab, meta.get("hosts", {}), record.resources(),
+                                unreachable, record.path.parent)
+                 if not dry_run else remains.path_of(record.lab, record.path.parent))
+        removed.kept.extend(
+            f"host {host}: not reachable ({why}); lab {record.lab}'s part there is "
+            f"recorded in {where}: `nestednet cleanup --hosts FILE` removes it once the "
+            "host is back" for host, why in sorted(unreachable.items()))
     resources = [r for r in record.resources() if r.where == "host"]
     client = client or docker_engine.connect()
     own_ovs = ovs is None
@@ -245,4 +258,43 @@ def cleanup(*, dry_run: bool = False) -> Removed:
                 if not dry_run:
                     shutil.rmtree(work, ignore_errors=True)
                 result.add(f"directory {work} (unfinished image template)")
+    return result
+
+
+def cleanup_hosts(hosts: HostSet, *, dry_run: bool = False, root=LABS_DIR) -> Removed:
+    """`cleanup --hosts FILE`: the parts of deleted labs left on hosts that were not
+    reachable then (nestednet.lab.remains), removed from every host of FILE that answers
+    now, found by the lab's label and names there; a host still silent, or not in FILE,
+    is kept for a later try."""
+    result = Removed()
+    for path, data in remains.all_remains(root):
+        lab = data["lab"]
+        cleared = []
+        for name, entry in sorted(data["left"].items()):
+            try:
+                host = hosts.named(name)
+            except UsageError:
+                result.kept.append(f"lab {lab} on host {name}: not in the hosts file")
+                continue
+            try:
+                handle = mh.connect(host, hosts, connect_timeout=mh.CONNECT_TIMEOUT)
+            except EnvironmentProblem as exc:
+                result.kept.append(f"lab {lab} on host {name}: still not reachable ({exc})")
+                continue
+            try:
+                # The services went with `delete` unless the lost host was the only manager.
+                with contextlib.suppress(EnvironmentProblem, docker.errors.DockerException):
+                    manager = hostd_service.swarm_manager({name: handle})
+                    for service in manager.services.list(filters={"label": f"{LAB_ID}={lab}"}):
+                        if not dry_run:
+                            service.remove()
+                        result.add(f"service {service.name} (lab {lab}, left by delete)")
+                names = [r["name"] for r in entry["resources"] if r["kind"] == VETH]
+                result.items.extend(f"{item} (lab {lab}, left by delete)" for item in
+                                    mh.remove_found(lab, handle, names, dry_run))
+                cleared.append(name)
+            finally:
+                handle.close()
+        if cleared and not dry_run and remains.settle(path, data, cleared):
+            result.add(f"file {path} (what delete could not reach)")
     return result

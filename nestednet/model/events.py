@@ -60,6 +60,17 @@ scenario clock) and, when the writer knows them, ``wall_time`` (Unix seconds) an
   ``kernel`` (what tc holds: rate, delay, jitter, loss, drops, backlog; null: no tree),
   ``matched`` and ``differences`` (text per property that differs).
 
+- ``oom``: the kernel killed a process in a component that went past its memory limit
+  (`create --memory`): ``nodes: [node]``, ``component``, ``kills`` (new since the last
+  look, once a second), ``oom_kills`` (the component's count so far), ``memory_mb``
+  (its limit; null: none, the kill came from the host's own memory) and ``links``: the
+  node's links when it was seen, which the kill does not change.
+
+- ``host_lost`` (labs over several hosts): a host's helper stopped answering during the
+  run (nestednet.lab.host_watch), so its nodes are dead for the rest of it. ``nodes``:
+  the dead nodes; ``host``; ``error``: the last probe's; ``links``: the links of theirs
+  that come down now (a ``link_down`` each follows, its ``reason`` naming the host).
+
 Fields not listed are kept in ``extra`` so writers can add more without breaking
 readers; records of unknown kinds are kept too (callers ignore what they don't use).
 """
@@ -92,6 +103,8 @@ PING = "ping"
 IPERF = "iperf"
 FIDELITY = "fidelity"
 PLAY = "play"
+OOM = "oom"
+HOST_LOST = "host_lost"
 KINDS = (STEP, LINK_REQUEST, LINK_UP, LINK_FAIL, LINK_DOWN, LINK_UPDATE, SHAPING, ROUTE,
          HOST_FLOWS, RESUMED, ACTION, PING, IPERF, FIDELITY, PLAY)
 

@@ -243,3 +243,53 @@ def test_change_writes_only_when_the_shape_the_kernel_holds_differs(tmp_path, mo
     changed = shaper.change([Direction("n1:iphy1->n2:iphy1", "u-2x1", after)])
     assert (changed != []) == written
     assert kernel.calls == ([("change", ["u-2x1"])] if written else [])
+
+
+class _HostTc:
+    """A host's tc as LabShaper drives it (its helper's), recording builds and removals;
+    ``refuse``: its builds fail."""
+
+    def __init__(self, name: str, refuse: bool = False) -> None:
+        self.name, self.refuse = name, refuse
+        self.built: list[str] = []
+        self.removed: list[str] = []
+
+    def build(self, ops, space, ports, recorded, owner):
+        if self.refuse:
+            from nestednet.errors import EnvironmentProblem
+            raise EnvironmentProblem(f"host {self.name} refused the tree")
+        self.built += ports
+        return {p: k for k, p in enumerate(ports, 1)}
+
+    def remove_trees(self, space, ports):
+        self.removed += ports
+        return list(ports)
+
+
+def test_a_failed_up_over_two_hosts_is_undone_on_the_host_that_built_it(tmp_path):
+    """`up` builds on h0, h1 refuses: undoing it removes h0's trees in h0 (the port's
+    namespace as up was given it), not on this machine (a namespace of None), which the
+    multi-host lab's tc_for refuses and which hid h1's error (found by sec33)."""
+    from nestednet.lab.record import LabRecord
+    from nestednet.lab.shaping import Direction, LabShaper
+
+    record = LabRecord("u", tmp_path)
+    record.claim()
+    hosts = {"hostd:h0": _HostTc("h0"), "hostd:h1": _HostTc("h1", refuse=True)}
+
+    def tc_for(netns):
+        if netns not in hosts:
+            raise AssertionError(f"tc asked for namespace {netns!r}")
+        return hosts[netns]
+
+    shaper = LabShaper(record, ShapingPolicy.choose(FULL, False), offloads_off=False,
+                       tc_for=tc_for)
+    rate = LinkProperties(rate_bps=5_000_000)
+    directions = [Direction("n2->n1", "u-n1-i1", rate, "hostd:h0", "h0"),
+                  Direction("n1->n2", "u-n2-i1", rate, "hostd:h1", "h1")]
+    with pytest.raises(Exception, match="h1 refused"):
+        shaper.up(directions)
+    assert hosts["hostd:h0"].built == ["u-n1-i1"]
+    shaper.down([d.port for d in directions])
+    assert hosts["hostd:h0"].removed == ["u-n1-i1"]
+    assert hosts["hostd:h1"].removed == ["u-n2-i1"]

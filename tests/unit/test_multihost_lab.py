@@ -504,7 +504,7 @@ def test_connect_takes_the_hosts_engine_ovsdb_remote_ssl_and_helper(monkeypatch)
     class FakeHelper:
         version = protocol.VERSION
 
-        def __init__(self, host, address, port, tls, insecure=False):
+        def __init__(self, host, address, port, tls, insecure=False, connect_timeout=10.0):
             opened.append((host, address, port, tls))
             self.closed = False
 
