@@ -42,7 +42,7 @@ from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
-from nestednet.model.actions import actions_summary
+from nestednet.model.actions import actions_summary, crashed_nodes, timeline
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
@@ -109,6 +109,9 @@ class RunSummary:
     links_failed: int = 0
     links_down: int = 0
     events: str = ""
+    run_dir: str = ""
+    """The run's directory (its record, run.json): what `nestednet report` and
+    `run --resume` take, printed as `run`'s last line."""
     removed_lab: bool = False
     negotiation: dict = field(default_factory=dict)
     """events.negotiation_summary of this run: requests, refusals by reason, latency."""
@@ -303,19 +306,21 @@ class CaSession:
     def cookie_of(self, a: int, b: int) -> int:
         return self.links.cookie(self.links.endpoint(a), self.links.endpoint(b))
 
-    def missing_hellos(self) -> list[str]:
-        return sorted(set(self.lab_node) - self.ca.hello_seen)
+    def missing_hellos(self, frozen: frozenset[str] = frozenset()) -> list[str]:
+        return sorted(set(self.lab_node) - self.ca.hello_seen - frozen)
 
-    def wait_for_hellos(self, timeout: float, stop: threading.Event) -> bool:
-        """True when every agent said HELLO; False if stopped; UsageError on timeout."""
+    def wait_for_hellos(self, timeout: float, stop: threading.Event,
+                        frozen: frozenset[str] = frozenset()) -> bool:
+        """True when every agent said HELLO; False if stopped; UsageError on timeout.
+        ``frozen``: nodes a crash still holds (a resumed run): not waited for."""
         deadline = time.monotonic() + timeout
-        while self.missing_hellos():
+        while self.missing_hellos(frozen):
             if stop.wait(0.1):
                 return False
             if time.monotonic() > deadline:
                 raise UsageError(
                     f"no HELLO within {timeout:.0f} s from: "
-                    f"{', '.join(self.missing_hellos()[:8])}",
+                    f"{', '.join(self.missing_hellos(frozen)[:8])}",
                     hint="check the GNAB with `nestednet exec NODE gnab -- cat "
                          "/run/nestednet/agent.json`")
         return True
@@ -504,7 +509,10 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             notify(f"CA listening on {ca_session.address[0]}:{ca_session.address[1]} in "
                    f"{topo.control_netns(options.lab)}; waiting for "
                    f"{len(ca_session.lab_node)} GNAB HELLOs")
-            if not ca_session.wait_for_hellos(options.hello_timeout, stop):
+            # A resumed run finds the nodes a crash under way froze still frozen.
+            frozen = crashed_nodes(timeline(scenario.actions, scenario.duration),
+                                   options.resume_at) if resuming else frozenset()
+            if not ca_session.wait_for_hellos(options.hello_timeout, stop, frozen):
                 _check_events(ca_session, events_path, summary)
                 summary.interrupted = True
                 return summary

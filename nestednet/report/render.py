@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nestednet.errors import UsageError
+from nestednet.lab import runs
 from nestednet.model.actions import actions_summary
 from nestednet.model.events import Event, negotiation_summary, read_events, route_summary
 from nestednet.report import series
@@ -34,8 +35,13 @@ class Page:
 
 
 def events_path(run: Path) -> Path:
-    """The events file of a run directory (or the file itself)."""
+    """The events file of a run directory (or the file itself): its events.jsonl, else
+    the file its record (run.json) names, for a run given ``--events`` elsewhere."""
     path = run / EVENTS_FILE if run.is_dir() else run
+    if run.is_dir() and not path.is_file() and (run / runs.RUN_RECORD).is_file():
+        named = runs.read_run_record(run).get("events")
+        if isinstance(named, str):
+            path = Path(named)
     if not path.is_file():
         raise UsageError(f"{run}: no {EVENTS_FILE} here",
                          hint="give the directory `nestednet run` printed last")
