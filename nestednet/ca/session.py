@@ -61,6 +61,7 @@ from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.link_table import Link as TableLink
+from nestednet.model.path_delay import summary as path_delay_summary
 from nestednet.model.scenario import Scenario
 from nestednet.model.shaping_policy import ShapingPolicy
 
@@ -129,6 +130,9 @@ class RunSummary:
     fidelity: dict = field(default_factory=dict)
     """model.fidelity.summary: shaped directions checked at each step's end, matched."""
     """model.actions.actions_summary: cues played and failed, per measurement its figures."""
+    path_delay: dict = field(default_factory=dict)
+    """model.path_delay.summary: each ping's RTT against its path's configured delay, per
+    step, and the steps where they part; empty without pings."""
     host_flows: dict = field(default_factory=dict)
     """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
     hosts and the spread between hosts, p50/p90/max ms; empty on one host."""
@@ -457,8 +461,12 @@ def _check_events(ca_session: CaSession, path: Path, summary: RunSummary) -> Non
 def _clock_started(ca_session: CaSession, clock: runs.ScenarioClock, t0_wall: float,
                    speed: float, events_path: Path) -> None:
     """Scenario time 0 is ``t0_wall``: a `play` event says so (a report places events by
-    their wall time with it) and captures beside the run read it from the clock file."""
-    ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed)
+    their wall time with it; its node addresses and intra-node net read the route
+    events) and captures beside the run read it from the clock file."""
+    ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed,
+                            addresses={name: entry["address"] for name, entry
+                                       in ca_session.directory().items()},
+                            intra=str(ca_session.links.plan.intra))
     clock.start(t0_wall, speed, events_path)
 
 
@@ -569,6 +577,7 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.host_flows = host_flows_summary(ca_session.events.records)
         if scenario.actions:
             summary.actions = actions_summary(ca_session.events.records)
+            summary.path_delay = path_delay_summary(ca_session.events.records)
         if ca_session.shaping is not None:
             summary.fidelity = fidelity_summary(e.extra for e in ca_session.events.records
                                                 if e.event == FIDELITY)

@@ -27,6 +27,7 @@ from nestednet.model.run_report import (
     describe_fidelity,
     describe_host_flows,
     describe_negotiation,
+    describe_path_delay,
     describe_routes,
 )
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS
@@ -265,6 +266,9 @@ def _print_summary(summary: session.RunSummary, plot_dir: Path | None, as_json: 
                           soft_wrap=True)
     if summary.actions:
         out_console.print(describe_actions(summary.actions), highlight=False,
+                          soft_wrap=True)
+    if summary.path_delay:
+        out_console.print(describe_path_delay(summary.path_delay), highlight=False,
                           soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
