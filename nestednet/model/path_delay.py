@@ -119,20 +119,20 @@ class Network:
         """(node, iPHY) -> (peer node, peer iPHY) of the link on it."""
         self.delay: dict[tuple[str, str], tuple[float, float]] = {}
         """(from node, to node) -> (delay, jitter) in ms of that direction of their link."""
-        self.address_node: dict[str, str] = {}
+        self.node_address: dict[str, str] = {}
         self.intra: IPv4Network = INTRA_NET
 
     def apply(self, e: Event) -> None:
         if e.event == PLAY:
             addresses = e.extra.get("addresses")
             if isinstance(addresses, Mapping):
-                self.address_node = {str(a): str(n) for n, a in addresses.items()}
+                self.node_address = {str(n): str(a) for n, a in addresses.items()}
             if isinstance(e.extra.get("intra"), str):
                 self.intra = IPv4Network(e.extra["intra"])
-        elif e.event == STEP and not self.address_node and e.nodes:
+        elif e.event == STEP and not self.node_address and e.nodes:
             # Runs before the play event named addresses: the k-th node of the
             # scenario is lab node k, whose node address is the k-th of the net.
-            self.address_node = {str(NODE_NET.network_address + k): name
+            self.node_address = {name: str(NODE_NET.network_address + k)
                                  for k, name in enumerate(e.nodes, 1)}
         elif e.event in (LINK_UP, LINK_UPDATE) and len(e.nodes) >= 2 and len(e.iphys) >= 2:
             (a, b), (ai, bi) = e.nodes[:2], e.iphys[:2]
@@ -172,7 +172,7 @@ class Network:
 
     def _next(self, node: str, dst: str) -> str | None:
         """The node ``node`` hands a packet for ``dst``'s node address to, or None."""
-        address = next((a for a, n in self.address_node.items() if n == dst), None)
+        address = self.node_address.get(dst)
         via = self.routes.get(node, {}).get(address) if address is not None else None
         if via is None:
             return None
