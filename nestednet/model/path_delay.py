@@ -8,8 +8,8 @@ action, the path its packets took is read from the events in effect when it was 
   one of its own iPHYs' intra-node addresses (192.168.0.(10+j) is iPHY j);
 * links: that iPHY's link (``link_up`` ... ``link_down``, the ``resumed`` event's
   adopted links) leads to the next node, and its properties (``link_up`` /
-  ``link_update``, as applied: a rate-only run applies no delay) give the one-way
-  delay of that direction;
+  ``link_update``; what they name as ``dropped``, a rate-only run's delay and
+  jitter, counts as 0) give the one-way delay of that direction;
 * hop by hop to the destination, then back along the destination's routes.
 
 The configured path RTT is the sum of those one-way delays, forward and back. Only
@@ -142,10 +142,14 @@ class Network:
                 self.ports[(a, ai)], self.ports[(b, bi)] = (b, bi), (a, ai)
             props = e.extra.get("properties")
             props = props if isinstance(props, Mapping) else {}
+            # A rate-only run records the properties it was given and names what it
+            # left out of the kernel: that delay is configured nowhere.
+            dropped = props.get("dropped") or ()
             for key, ends in (("a_to_b", (a, b)), ("b_to_a", (b, a))):
                 side = props.get(key) if isinstance(props.get(key), Mapping) else {}
-                self.delay[ends] = ((side.get("delay_us") or 0) / 1000,
-                                    (side.get("jitter_us") or 0) / 1000)
+                self.delay[ends] = (
+                    0.0 if "delay" in dropped else (side.get("delay_us") or 0) / 1000,
+                    0.0 if "jitter" in dropped else (side.get("jitter_us") or 0) / 1000)
         elif e.event == LINK_DOWN and len(e.nodes) >= 2 and len(e.iphys) >= 2:
             self._unlink(e.nodes[0], e.iphys[0])
             self._unlink(e.nodes[1], e.iphys[1])

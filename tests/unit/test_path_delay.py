@@ -183,3 +183,14 @@ def test_report_shows_the_comparison_per_step(tmp_path):
             "PARTS |") in page
     assert "| 1 | 1.0 | a>b>c>d / d>c>b>a | 37.00 ms | 39.50 ms | 2.50 ms | 34.9..46.0 | 3 | " \
            "1 | agrees |" in page
+
+
+def test_a_rate_only_run_configures_no_delay():
+    """Rate-only link_up events carry the scenario's delays and name them as dropped:
+    the kernel holds none, so the configured path RTT is 0 ms (bound [-0.1, 7.0])."""
+    rate_only = [line.replace('"properties": {', '"properties": {"dropped": ["delay", '
+                              '"jitter"], ') for line in EVENTS[:15]]
+    assert '"dropped"' in rate_only[2]
+    (_, found), = path_delay.probes(events(rate_only)).values()
+    assert (found[0].path.delay_ms, found[0].path.jitter_ms) == (0, 0)
+    assert found[0].path.bounds() == pytest.approx((-0.1, 7.0))

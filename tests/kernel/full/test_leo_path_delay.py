@@ -132,7 +132,9 @@ def test_gs_to_gs_rtt_follows_the_propagation_delay_of_babels_route(
     steps = []
     for step in sorted(full):
         route, probes = max(full[step].items(), key=lambda kv: len(kv[1]))
-        configured = probes[0][1]
+        # A step's link updates land just after it starts: a few probes of the route
+        # may carry the previous step's delays; the median is this step's.
+        configured = round(statistics.median(c for _, c, _ in probes), 3)
         directions = probes[0][2]
         row = {"step": step, "there": ">".join(route[0]), "back": ">".join(route[1]),
                "configured_ms": configured, "directions": directions,
