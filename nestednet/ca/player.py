@@ -114,8 +114,12 @@ class Player:
 
     def _wait_until(self, start: float, scenario_time: float, stop: threading.Event,
                     on_tick: Callable[[float], None], tick: float) -> bool:
-        """Sleep until ``scenario_time``; True when stopped first."""
+        """Sleep until ``scenario_time``; True when stopped first. A run behind its
+        clock has nothing to sleep, and must still see the stop: a 48-node soak that fell
+        behind went on stepping for minutes after Ctrl-C."""
         while True:
+            if stop.is_set():
+                return True
             now = self._now(start)
             on_tick(now)
             remaining = (scenario_time - now) / self.speed

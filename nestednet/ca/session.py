@@ -46,7 +46,6 @@ from nestednet.model.actions import actions_summary, crashed_nodes, timeline
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
-    FIDELITY,
     HOST_FLOWS,
     PLAY,
     RESUMED,
@@ -54,9 +53,9 @@ from nestednet.model.events import (
     host_flows_fields,
     host_flows_summary,
     negotiation_summary,
+    parse_events,
     route_summary,
 )
-from nestednet.model.fidelity import summary as fidelity_summary
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
@@ -493,6 +492,18 @@ def events_refused(path: Path, error: OSError, summary: RunSummary) -> str:
             "links are removed and the events written so far are intact")
 
 
+def _path_delay(events_path: Path, start: int) -> dict:
+    """model.path_delay.summary of this run's events, read back from the file: the link
+    updates that change a link's delay are not kept in memory (EventLog.NOT_KEPT)."""
+    try:
+        with events_path.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+        return path_delay_summary(parse_events(text, str(events_path)))
+    except (OSError, UsageError):
+        return {}
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None,
         lab: Lab | None = None) -> RunSummary:
@@ -505,6 +516,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
     try:
         links = (options.links, options.shaping) if options.links and options.shaping else None
         resuming = options.resume_at is not None
+        # Where this run's events begin in the file (a resumed run's: the dead run's too).
+        events_start = events_path.stat().st_size \
+            if not resuming and events_path.exists() else 0
         with prompt_thread_switches(), CaSession(
                 scenario, lab, events_path, links, adopt=resuming,
                 on_events_failure=lambda _error: stop.set()) as ca_session:
@@ -577,10 +591,10 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.host_flows = host_flows_summary(ca_session.events.records)
         if scenario.actions:
             summary.actions = actions_summary(ca_session.events.records)
-            summary.path_delay = path_delay_summary(ca_session.events.records)
+            if any(a.kind == "ping" for a in scenario.actions):
+                summary.path_delay = _path_delay(events_path, events_start)
         if ca_session.shaping is not None:
-            summary.fidelity = fidelity_summary(e.extra for e in ca_session.events.records
-                                                if e.event == FIDELITY)
+            summary.fidelity = ca_session.events.fidelity.result()
     finally:
         if options.remove_lab:
             delete_lab(lab.record)

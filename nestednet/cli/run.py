@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,7 +101,8 @@ def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
     lab's control net, wait for every GNAB's HELLO, then play the time steps in
     real time (x --speed). One line per step, printed once the step is over, gives
     its figures as the events file has them. Ctrl-C stops promptly, the CA removes
-    the links (flows) it installed, the summary so far is printed, exit 130.
+    the links (flows) it installed, the summary so far is printed, exit 130
+    (SIGTERM does the same, exit 143).
     The events file is kept after the lab; the last line is the run's directory
     (its record run.json, and its events unless --events said otherwise), which
     `nestednet report` and `run --resume` take.
@@ -153,7 +153,8 @@ def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
 
 
 def execute(request: RunRequest, as_json: bool) -> None:
-    """Play ``request`` with the live display, print the summary; exit 130 after Ctrl-C.
+    """Play ``request`` with the live display, print the summary; exit 130 after Ctrl-C
+    (143 after SIGTERM).
 
     `run` and `demo` both end here, each with its own typed request.
     """
@@ -161,50 +162,56 @@ def execute(request: RunRequest, as_json: bool) -> None:
 
 
 def play(active: Run, plot_dir: Path | None, as_json: bool) -> None:
-    """Start ``active``, show it, print its summary; exit 130 after Ctrl-C."""
+    """Start ``active``, show it, print its summary; exit 130 after Ctrl-C, 143 after
+    SIGTERM."""
     with active:
-        interrupted = _play(active)
+        stopped_by = _play(active)
     summary = active.summary()
     _print_summary(summary, plot_dir or active.request.plot_dir, as_json)
-    if interrupted:
-        sys.exit(ExitStatus.INTERRUPTED)
+    if stopped_by is not None:
+        sys.exit(ExitStatus.INTERRUPTED if stopped_by == signal.SIGINT else 128 + stopped_by)
 
 
-def _play(active: Run) -> bool:
-    """Show each step of a started run as it ends; True if Ctrl-C stopped it."""
+def _play(active: Run) -> int | None:
+    """Show each step of a started run as it ends; the signal that stopped it, if any."""
     live, tally = active.live, StepTally()
-    with (_ctrl_c_sets(active.stop) as interrupted,
+    with (_signals_stop(active.stop) as stopped_by,
           _status_display(lambda: _status_line(live, tally)) as refresh):
         warned = False
         while active.wait(0.25):
             _print_steps(tally.add(active.new_events()), live)
-            if interrupted.is_set() and not warned:
+            if stopped_by and not warned:
                 warned = True
-                err_console.print("stopping (Ctrl-C): removing the run's links ...")
+                why = "Ctrl-C" if stopped_by[0] == signal.SIGINT else "SIGTERM"
+                err_console.print(f"stopping ({why}): removing the run's links ...")
             refresh()
     _print_steps(tally.add(active.new_events()) + tally.finish(), live)
-    return interrupted.is_set()
+    return stopped_by[0] if stopped_by else None
 
 
 @contextmanager
-def _ctrl_c_sets(stop: Callable[[], None]) -> Iterator[threading.Event]:
-    """While inside, SIGINT calls ``stop`` (and sets the yielded event) instead of raising.
+def _signals_stop(stop: Callable[[], None]) -> Iterator[list[int]]:
+    """While inside, SIGINT and SIGTERM call ``stop`` (and append to the yielded list)
+    instead of raising or killing: a run stopped by `kill`, `timeout` or a service
+    manager removes its links as after Ctrl-C (a SIGTERM'd soak run left its links, its
+    run marker and its clock).
 
     A KeyboardInterrupt could land anywhere in the main thread (even inside
     Thread.join, leaving it unsure whether the run thread ended); a flag the loop
     polls cannot.
     """
-    interrupted = threading.Event()
+    received: list[int] = []
 
-    def handler(_signum: int, _frame: object) -> None:
-        interrupted.set()
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
         stop()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield interrupted
+        yield received
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @contextmanager

@@ -159,7 +159,7 @@ class LabShaper:
             self._save()
 
     def change(self, directions: Sequence[Direction]) -> list[Direction]:
-        """Change trees in place where the properties differ; returns those changed.
+        """Change trees in place where the shapes differ; returns those changed.
 
         A port without a tree of ours gets one (`up`).
         """
@@ -174,7 +174,9 @@ class LabShaper:
                 if entry is None:
                     continue
                 old = LinkProperties(**entry["properties"])
-                if old == d.properties:
+                if self.policy.shape(old) == self.policy.shape(d.properties):
+                    # What the kernel holds would not change (e.g. only a property the
+                    # policy drops moved): no tc write, no link_update, no state write.
                     continue
                 ops += tcplan.leaf_change_ops(d.port, SHAPER, 0, d.name, self.policy.shape(old),
                                               self.policy.shape(d.properties),

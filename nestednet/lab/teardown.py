@@ -104,6 +104,15 @@ def _delete_locked(record: LabRecord, client: docker.DockerClient | None, ovs: O
         if not dry_run:
             record.remove_files()
         removed.add(f"directory {record.path}")
+    # A run holds the lab's lock while it plays, so a marker or clock found under it is
+    # a killed run's (SIGKILL): the lab goes, and so do they.
+    marker = runs.RunMarker(record.lab, record.path.parent)
+    clock = runs.ScenarioClock(record.lab, record.path.parent).path
+    for left in (marker.path, clock, clock.with_suffix(".clock-tmp")):
+        if left.exists():
+            if not dry_run:
+                left.unlink(missing_ok=True)
+            removed.add(f"file {left} (of a killed run)")
     return removed
 
 

@@ -14,7 +14,7 @@ from nestednet.bench.stress import VARIANTS
 from nestednet.cli import main as nestednet_main
 from nestednet.lab.record import existing_labs
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.long]
 
 
 def test_stress_quick_end_to_end(tmp_path):

@@ -587,6 +587,7 @@ def kernel_limits(pid: int) -> tuple[int, float]:
     return int((base / "memory.max").read_text()), int(quota) / int(period)
 
 
+@pytest.mark.long
 def test_nested_lab_options_over_two_hosts(hosts, hosts_file, tmp_path):
     """`--cpus`, `--memory`, `--image` and `--routing babel` on a lab over two hosts, as on
     one host: 3 nodes x 2 iPHYs (n1, n3 on h0; n2 on h1), every iPHY from a user's image
@@ -695,6 +696,7 @@ def _babel_run(tmp_path: Path) -> str:
     return f"nestednet run (babel): routes {summary['routes']}"
 
 
+@pytest.mark.long
 def test_direct_routing_in_a_run_over_two_hosts(hosts, ssl_hosts_file, tmp_path):
     """`--routing direct` on a lab over two hosts (n1 on h0, n2 on h1), every control
     session SSL (the hosts file's `ssl`): the main bridges listen with `pssl:`, which
@@ -774,6 +776,7 @@ def _ssl_sessions_are_checked(hosts, hostset: pl.HostSet, lab: str, port: int) -
                              dpid=dpid).close()
 
 
+@pytest.mark.long
 def test_cleanup_after_a_killed_create_leaves_nothing_on_either_host(hosts, ssl_hosts_file):
     """A create over SSL killed mid-way; `cleanup` removes it from both hosts (OVSDB over
     SSL from the lab's record)."""

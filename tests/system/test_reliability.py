@@ -35,7 +35,7 @@ CLI = str(Path(sys.executable).parent / "nestednet")
 RACE_LAB = "trace"
 CRASH_LAB = "tcrash"
 CRASH_POINTS = int(os.environ.get("NESTEDNET_CRASH_POINTS", "2"))
-RACE_TRIES = int(os.environ.get("NESTEDNET_RACE_TRIES", "10"))
+RACE_TRIES = int(os.environ.get("NESTEDNET_RACE_TRIES", "4"))
 SEED = int(os.environ.get("NESTEDNET_CRASH_SEED", str(int(time.time()))))
 
 TWO_NODES = {

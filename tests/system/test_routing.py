@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -218,19 +219,23 @@ def test_direct_routing_in_a_run_reaches_linked_nodes_only(direct_lab, tmp_path)
                 a, b = (f"n{session.lab_node[x]}" for x in (link.src, link.dst))
                 linked[(a, b)] = f"iphy{link.src_iphy}"
                 linked[(b, a)] = f"iphy{link.dst_iphy}"
-            for a in ("n1", "n2", "n3", "n4"):
-                for b in ("n1", "n2", "n3", "n4"):
-                    if a == b:
-                        continue
-                    target = f"10.100.0.{b[1:]}"
-                    if (a, b) in linked:
-                        assert reaches(lab, a, target, 10), f"step {index}: {a} -/-> {b}"
-                        route = run_in(lab, a, "gnab", "ip", "route", "get", target).stdout
-                        iphy = int(linked[(a, b)].removeprefix("iphy"))
-                        assert f"via 192.168.0.{10 + iphy} " in route, route
-                        assert f"src 10.100.0.{a[1:]}" in route, route
-                    else:
-                        assert not reaches(lab, a, target, 1), f"step {index}: {a} -> {b}"
+            pairs = list(itertools.permutations(("n1", "n2", "n3", "n4"), 2))
+            # The twelve probes of a step run at once: an unlinked pair's probe waits out
+            # its whole 1 s timeout, and twelve of them in a row cost most of the test.
+            with ThreadPoolExecutor(len(pairs)) as pool:
+                probes = [pool.submit(reaches, lab, a, f"10.100.0.{b[1:]}",
+                                      10 if (a, b) in linked else 1) for a, b in pairs]
+                reached = {ab: probe.result() for ab, probe in zip(pairs, probes, strict=True)}
+            for a, b in pairs:
+                target = f"10.100.0.{b[1:]}"
+                if (a, b) in linked:
+                    assert reached[(a, b)], f"step {index}: {a} -/-> {b}"
+                    route = run_in(lab, a, "gnab", "ip", "route", "get", target).stdout
+                    iphy = int(linked[(a, b)].removeprefix("iphy"))
+                    assert f"via 192.168.0.{10 + iphy} " in route, route
+                    assert f"src 10.100.0.{a[1:]}" in route, route
+                else:
+                    assert not reached[(a, b)], f"step {index}: {a} -> {b}"
             # the host saw each GNAB's route to each linked peer appear (route events)
             for a, b in linked:
                 assert (int(a[1:]), "add", f"10.100.0.{b[1:]}/32") in seen, (a, b, seen)

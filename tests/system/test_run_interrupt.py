@@ -75,30 +75,35 @@ def test_nestednet_format_file_takes_the_labs_iphys(lab, tmp_path):
 
 
 def _interrupt_and_check(proc: subprocess.Popen, send, lab: LabRecord,
-                         events: Path) -> str:
+                         events: Path, code: int = 130) -> str:
     _wait_for_link_up(events, proc)
     sent = time.monotonic()
     send()
     out, _ = proc.communicate(timeout=60)
     took = time.monotonic() - sent
-    assert proc.returncode == 130, out
+    assert proc.returncode == code, out
     assert "run interrupted" in out and f"events in {events}" in out, out
     assert took < 30, f"Ctrl-C took {took:.1f} s"
     assert _no_flows_left(lab)
     return out
 
 
-def test_ctrl_c_without_a_terminal(lab, tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_without_a_terminal(lab, tmp_path, sig, code):
+    """SIGTERM (kill, timeout, a service manager) stops a run as Ctrl-C does: links
+    removed, summary printed, and no run marker or clock left beside the lab."""
     events = tmp_path / "ev.jsonl"
     proc = subprocess.Popen([CLI, "run", str(SMALL), "--lab", LAB, "--speed", "0.5",
                              "--events", str(events)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
     try:
-        out = _interrupt_and_check(proc, lambda: proc.send_signal(signal.SIGINT), lab, events)
+        out = _interrupt_and_check(proc, lambda: proc.send_signal(sig), lab, events, code)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert "KeyError" not in out and "Traceback" not in out
+    assert not [p.name for p in lab.path.parent.glob(f"{LAB}.*")
+                if p.suffix in (".run", ".clock")]
 
 
 def test_ctrl_c_under_a_terminal(lab, tmp_path):

@@ -348,6 +348,29 @@ def test_a_resumed_player_starts_at_the_step_in_effect_and_never_plays_earlier_o
     assert [e.step for e in events.records if e.event == "step"] == [1, 2]
 
 
+def test_a_player_behind_its_clock_still_stops_when_asked():
+    """A 48-node soak fell behind its 1 s steps and went on stepping for minutes after
+    Ctrl-C: with no time left to sleep, the wait never looked at the stop."""
+    from pathlib import Path
+
+    from nestednet.ca.player import Player
+    from nestednet.model.scenario_file import load_scenario
+
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json")
+    server, ca = _scenario_ca(scenario)
+    stop = threading.Event()
+
+    def slow_step_done(_index: int) -> None:
+        time.sleep(0.5)  # steps are 0.1 s apart at speed 100: now behind by 0.4 s
+        stop.set()
+
+    try:
+        result = Player(scenario, server, ca, speed=100).play(stop, on_step_done=slow_step_done)
+    finally:
+        server.stop()
+    assert result.interrupted and result.steps_played == 2
+
+
 # --- the protocol without a network: ordering, STEP, epochs, the summary ----------------
 
 
@@ -1118,3 +1141,21 @@ def test_a_resumed_run_applies_again_the_faults_under_way_before_its_first_step(
     assert first.step == 1 and ("n1", "n2") not in first.visible
     assert ("n1", "n4") in first.visible and ("n2", "n4") in first.visible
     assert factors_at_step == [{frozenset({"n2", "n4"}): 3.0}, {}]
+
+
+@pytest.mark.unit
+def test_the_per_step_bulk_goes_to_the_file_and_is_counted_not_kept(tmp_path):
+    """A 48 x 4 soak's CLI grew by about 10 MB a minute: EventLog kept every fidelity
+    check and link update of the run in memory for the summary."""
+    log = EventLog(tmp_path / "events.jsonl")
+    log.write("step", scenario_time=0.0, step=0)
+    for n in range(3):
+        log.write("fidelity", scenario_time=0.0, step=0, port=f"u-{n}x1", direction="d",
+                  matched=n != 1, differences=["rate"] if n == 1 else [], checked_step=0)
+    log.write("link_update", scenario_time=0.0, step=0, nodes=["n1", "n2"], iphys=[1, 1])
+    assert [e.event for e in log.records] == ["step"]
+    assert log.fidelity.result() == {"checks": 3, "matched": 2, "mismatched": [
+        {"checked_step": 0, "port": "u-1x1", "direction": "d", "differences": ["rate"]}]}
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert [json.loads(x)["event"] for x in lines] == ["step", "fidelity", "fidelity",
+                                                       "fidelity", "link_update"]

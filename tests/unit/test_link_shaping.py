@@ -3,6 +3,8 @@ full/rate-only policy (what a kernel without sch_netem may do)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nestednet.errors import UsageError
@@ -191,3 +193,53 @@ def test_packed_htb_class_change_matches_pyroute2_without_rate_tables(rate_bps):
         {k: theirs[k] for k, _ in theirs.fields if k not in table_fields}
     assert ours["rate___reserved"] == ours["ceil___reserved"] == tc.TC_LINKLAYER_ETHERNET
     assert ours["rate"] == min(rate_bps // 8, 2**32 - 1)
+
+
+class RecordingKernel:
+    """Stands in for the tc adapter: records what the shaper asks of the kernel."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def disable_offloads(self, _space, ports):
+        self.calls.append(("offloads", list(ports)))
+
+    def build(self, ops, _space, ports, _recorded, _owner):
+        self.calls.append(("build", sorted(ports)))
+        return {port: n for n, port in enumerate(ports, 1)}
+
+    def port_indexes(self, _space, ports):
+        return {port: n for n, port in enumerate(ports, 1)}
+
+    def change_batch(self, ops, _space, _index):
+        self.calls.append(("change", sorted({op.port for op in ops})))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("mode", "moved", "written"), [
+    (RATE_ONLY, {"loss_pct": 2e-9}, False),   # the soak's case: loss moves, rate-only drops it
+    (RATE_ONLY, {"delay_us": 900}, False),
+    (RATE_ONLY, {"rate_bps": 4_000_000}, True),
+    (FULL, {"loss_pct": 0.5}, True),
+    (FULL, {"delay_us": 900}, True),
+])
+def test_change_writes_only_when_the_shape_the_kernel_holds_differs(tmp_path, mode, moved,
+                                                                     written):
+    """A soak at 48 x 4 (rate-only) rewrote every link's tree and wrote a link_update for
+    it at each step, because the link model's loss moved by 1e-9 %, which rate-only never
+    installs."""
+    from nestednet.lab.record import LabRecord
+    from nestednet.lab.shaping import Direction, LabShaper
+
+    record = LabRecord("u", tmp_path)
+    record.claim()
+    kernel = RecordingKernel()
+    shaper = LabShaper(record, ShapingPolicy.choose(mode, netem_available=True),
+                       tc_for=lambda _netns: kernel)
+    before = LinkProperties(rate_bps=5_000_000, delay_us=400, loss_pct=1e-9)
+    shaper.up([Direction("n1:iphy1->n2:iphy1", "u-2x1", before)])
+    kernel.calls.clear()
+    after = dataclasses.replace(before, **moved)
+    changed = shaper.change([Direction("n1:iphy1->n2:iphy1", "u-2x1", after)])
+    assert (changed != []) == written
+    assert kernel.calls == ([("change", ["u-2x1"])] if written else [])

@@ -100,13 +100,14 @@ def test_event_tail_reads_whole_lines_and_skips_earlier_runs(tmp_path):
     assert runs.EventTail(tmp_path / "none.jsonl").read() == []
 
 
-def test_ctrl_c_sets_stop_instead_of_raising_and_restores_the_handler():
-    before = signal.getsignal(signal.SIGINT)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_sets_stop_instead_of_raising_and_restores_the_handler(sig):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     stop = threading.Event()
-    with run_cli._ctrl_c_sets(stop.set) as interrupted:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.wait(5) and interrupted.is_set()
-    assert signal.getsignal(signal.SIGINT) is before
+    with run_cli._signals_stop(stop.set) as received:
+        os.kill(os.getpid(), sig)
+        assert stop.wait(5) and received == [sig]
+    assert {s: signal.getsignal(s) for s in before} == before
 
 
 def test_run_help_teaches_the_new_defaults():
