@@ -44,6 +44,7 @@ from nestednet.model.actions import (
     Cue,
     Cut,
     effective_visible,
+    in_effect,
     timeline,
 )
 from nestednet.model.line_of_sight import Pair
@@ -61,6 +62,14 @@ _IPERF_LINE = re.compile(r"^\[\s*\d+\]\s+([\d.]+)-([\d.]+)\s+sec\s+[\d.]+ \w?Byt
                          r"([\d.]+) (\w?)bits/sec(.*)$")
 _UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
 
+
+
+def _freeze(container: Any) -> None:
+    """`docker pause`, unless it is paused already (a resumed run finds the nodes the
+    dead run froze still frozen; Docker refuses to pause them twice)."""
+    container.reload()
+    if container.status != "paused":
+        container.pause()
 
 
 class Job:
@@ -148,6 +157,33 @@ class ActionPlayer:
             log.warning("%s %s failed: %s", action.label, cue.op, exc)
             self._event(action, cue.op, scenario_time, key=cue.key, error=str(exc))
 
+    def resume(self, scenario_time: float) -> None:
+        """A resumed run starts at ``scenario_time`` and never plays the cues before it:
+        the faults still in effect then (model.actions.in_effect) are applied again,
+        before the step in effect is. Cuts filter that step; a crashed node, still
+        frozen since the dead run froze it, is frozen if it is not and thawed at its
+        restart cue (or on close); a degrade scales the links the step keeps. Each is an
+        ``action`` event with ``reapplied: true``."""
+        for cue in in_effect(self.cues, scenario_time):
+            action = self.actions[cue.index]
+            try:
+                if cue.op == "cut":
+                    assert cue.cut is not None
+                    self.cuts[cue.key] = cue.cut
+                    details: dict = {}
+                elif cue.op == "crash":
+                    details = self._crash(cue, action, scenario_time)
+                else:  # degrade: the step applied next shapes with the factor
+                    details = self._set_factor(action)
+                self._event(action, cue.op, scenario_time, key=cue.key, reapplied=True,
+                            **details)
+            except Exception as exc:
+                self.errors += 1
+                log.warning("%s %s (again, on resuming) failed: %s", action.label, cue.op,
+                            exc)
+                self._event(action, cue.op, scenario_time, key=cue.key, reapplied=True,
+                            error=str(exc))
+
     def close(self) -> None:
         """Stop every job and thaw everything frozen (end, Ctrl-C or error alike)."""
         for jobs in self.jobs.values():
@@ -205,11 +241,11 @@ class ActionPlayer:
         lab, number = self.session.lab, self.session.lab_node[node]
         if component is None:
             parent = lab.parent(number)
-            parent.pause()
+            _freeze(parent)
             self.frozen[cue.key] = parent.unpause
         else:
             with lab.inner(number) as inner:
-                lab.child(inner, component).pause()
+                _freeze(lab.child(inner, component))
 
             def thaw() -> None:
                 with lab.inner(number) as inner:
@@ -233,6 +269,17 @@ class ActionPlayer:
 
     def _undegrade(self, cue: Cue, action: Action, t: float) -> dict:
         return self._scale(action, None, t)
+
+    def _set_factor(self, action: Action) -> dict:
+        """A degrade's factor on its pair, links left as they are (a resumed run: its
+        first step shapes them)."""
+        shaping = self.session.shaping
+        if shaping is None:
+            raise RuntimeError("degrade: this run shapes no link")
+        factor = float(action.get("factor"))
+        key = frozenset(action.get("between"))
+        self.session.server.call(lambda: shaping.factors.update({key: factor}), 30)
+        return {"factor": factor}
 
     def _scale(self, action: Action, factor: float | None, t: float) -> dict:
         shaping = self.session.shaping

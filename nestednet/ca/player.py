@@ -27,6 +27,7 @@ class Cues(Protocol):
     cues: Sequence[Any]
 
     def begin(self, t0_wall: float) -> None: ...
+    def resume(self, scenario_time: float) -> None: ...
     def visible(self, pairs: frozenset) -> frozenset: ...
     def play(self, cue: Any, scenario_time: float) -> None: ...
 
@@ -64,7 +65,8 @@ class Player:
 
         ``start_at``: the scenario time to start from (a resumed run): the clock starts
         there, the step in effect then is applied at once and the earlier ones never
-        (nor the action cues before it).
+        (nor the action cues before it: the faults they began that still hold are
+        applied again first, `Cues.resume`).
         """
         start = time.monotonic() - start_at / self.speed
         on_start(time.time() - start_at / self.speed)
@@ -77,6 +79,8 @@ class Player:
             if index >= current]
         if self.actions is not None:
             self.actions.begin(time.time() - start_at / self.speed)
+            if start_at > 0:
+                self.actions.resume(start_at)  # faults under way, before the step
             timeline += [(cue.time, 0, n, cue) for n, cue in enumerate(self.actions.cues)
                          if cue.time >= start_at]
         for when, _, index, cue in sorted(timeline, key=lambda item: item[:3]):

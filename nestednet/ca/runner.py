@@ -227,6 +227,10 @@ class Run:
         try:
             asked = dict(record["request"])
             caps = asked.pop("component_caps")
+            # The same run goes on: a lab it created is its own to freeze (crash actions)
+            # whatever the record (older ones do not say allow_faults).
+            asked["allow_faults"] = bool(asked.get("allow_faults")
+                                         or record.get("created_lab"))
             request = RunRequest(**asked, component_caps=tuple(caps) if caps is not None
                                  else None)
         except (KeyError, TypeError) as exc:
@@ -264,6 +268,7 @@ class Run:
                     "plot_dir": text(request.plot_dir), "link_model": text(request.link_model),
                     "length_unit": request.length_unit, "shaping_mode": request.shaping_mode,
                     "keep_order": request.keep_order, "routing": request.routing,
+                    "allow_faults": request.allow_faults,
                     "component_caps": list(request.component_caps)
                     if request.component_caps is not None else None}}
 
@@ -348,6 +353,8 @@ class Run:
         try:
             self._summary = _session().run(self.scenario, self.options, self._stop, self.live,
                                         notify=self._notify, lab=self.lab)
+            if self.run_dir is not None:
+                self._summary.run_dir = str(self.run_dir)
         except BaseException as exc:  # handed to whoever asks for the summary
             self._error = exc
 

@@ -44,7 +44,7 @@ from nestednet.lab.route_watch import RouteWatch
 from nestednet.lab.shaping import LabShaper
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import topology as topo
-from nestednet.model.actions import actions_summary
+from nestednet.model.actions import actions_summary, crashed_nodes, timeline
 from nestednet.model.addressing import CA_PORT
 from nestednet.model.component_spec import check_component_caps
 from nestednet.model.events import (
@@ -57,12 +57,14 @@ from nestednet.model.events import (
     host_flows_fields,
     host_flows_summary,
     negotiation_summary,
+    parse_events,
     route_summary,
 )
 from nestednet.model.link_models import LinkModel
 from nestednet.model.link_resolver import LinkResolver
 from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.link_table import Link as TableLink
+from nestednet.model.path_delay import summary as path_delay_summary
 from nestednet.model.scenario import Scenario
 from nestednet.model.shaping_policy import ShapingPolicy
 
@@ -111,6 +113,9 @@ class RunSummary:
     links_failed: int = 0
     links_down: int = 0
     events: str = ""
+    run_dir: str = ""
+    """The run's directory (its record, run.json): what `nestednet report` and
+    `run --resume` take, printed as `run`'s last line."""
     removed_lab: bool = False
     negotiation: dict = field(default_factory=dict)
     """events.negotiation_summary of this run: requests, refusals by reason, latency."""
@@ -125,14 +130,17 @@ class RunSummary:
     routes: list = field(default_factory=list)
     """events.route_summary of this run: route changes per step and node, convergence."""
     actions: dict = field(default_factory=dict)
+    """model.actions.actions_summary: cues played and failed, per measurement its figures."""
     fidelity: dict = field(default_factory=dict)
     """model.fidelity.summary: shaped directions checked at each step's end, matched."""
-    """model.actions.actions_summary: cues played and failed, per measurement its figures."""
     lost_hosts: dict = field(default_factory=dict)
     """Host -> {nodes, links_down} for each host lost during the run (its nodes dead)."""
     oom: dict = field(default_factory=dict)
     """"node:component" -> OOM kills in it during the run, for those with one
     (nestednet.lab.oom_watch); their links were left as they were."""
+    path_delay: dict = field(default_factory=dict)
+    """model.path_delay.summary: each ping's RTT against its path's configured delay, per
+    step, and the steps where they part; empty without pings."""
     host_flows: dict = field(default_factory=dict)
     """events.host_flows_summary (labs over several hosts): per op, the flows' time on all
     hosts and the spread between hosts, p50/p90/max ms; empty on one host."""
@@ -310,19 +318,21 @@ class CaSession:
     def cookie_of(self, a: int, b: int) -> int:
         return self.links.cookie(self.links.endpoint(a), self.links.endpoint(b))
 
-    def missing_hellos(self) -> list[str]:
-        return sorted(set(self.lab_node) - self.ca.hello_seen)
+    def missing_hellos(self, frozen: frozenset[str] = frozenset()) -> list[str]:
+        return sorted(set(self.lab_node) - self.ca.hello_seen - frozen)
 
-    def wait_for_hellos(self, timeout: float, stop: threading.Event) -> bool:
-        """True when every agent said HELLO; False if stopped; UsageError on timeout."""
+    def wait_for_hellos(self, timeout: float, stop: threading.Event,
+                        frozen: frozenset[str] = frozenset()) -> bool:
+        """True when every agent said HELLO; False if stopped; UsageError on timeout.
+        ``frozen``: nodes a crash still holds (a resumed run): not waited for."""
         deadline = time.monotonic() + timeout
-        while self.missing_hellos():
+        while self.missing_hellos(frozen):
             if stop.wait(0.1):
                 return False
             if time.monotonic() > deadline:
                 raise UsageError(
                     f"no HELLO within {timeout:.0f} s from: "
-                    f"{', '.join(self.missing_hellos()[:8])}",
+                    f"{', '.join(self.missing_hellos(frozen)[:8])}",
                     hint="check the GNAB with `nestednet exec NODE gnab -- cat "
                          "/run/nestednet/agent.json`")
         return True
@@ -511,8 +521,12 @@ def _check_events(ca_session: CaSession, path: Path, summary: RunSummary) -> Non
 def _clock_started(ca_session: CaSession, clock: runs.ScenarioClock, t0_wall: float,
                    speed: float, events_path: Path) -> None:
     """Scenario time 0 is ``t0_wall``: a `play` event says so (a report places events by
-    their wall time with it) and captures beside the run read it from the clock file."""
-    ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed)
+    their wall time with it; its node addresses and intra-node net read the route
+    events) and captures beside the run read it from the clock file."""
+    ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed,
+                            addresses={name: entry["address"] for name, entry
+                                       in ca_session.directory().items()},
+                            intra=str(ca_session.links.plan.intra))
     clock.start(t0_wall, speed, events_path)
 
 
@@ -539,6 +553,18 @@ def events_refused(path: Path, error: OSError, summary: RunSummary) -> str:
             "links are removed and the events written so far are intact")
 
 
+def _path_delay(events_path: Path, start: int) -> dict:
+    """model.path_delay.summary of this run's events, read back from the file: the link
+    updates that change a link's delay are not kept in memory (EventLog.NOT_KEPT)."""
+    try:
+        with events_path.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+        return path_delay_summary(parse_events(text, str(events_path)))
+    except (OSError, UsageError):
+        return {}
+
+
 def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         live: Live, notify: Callable[[str], None] = lambda text: None,
         lab: Lab | None = None) -> RunSummary:
@@ -551,6 +577,9 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
     try:
         links = (options.links, options.shaping) if options.links and options.shaping else None
         resuming = options.resume_at is not None
+        # Where this run's events begin in the file (a resumed run's: the dead run's too).
+        events_start = events_path.stat().st_size \
+            if not resuming and events_path.exists() else 0
         with prompt_thread_switches(), CaSession(
                 scenario, lab, events_path, links, adopt=resuming,
                 on_events_failure=lambda _error: stop.set()) as ca_session:
@@ -563,7 +592,10 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
             notify(f"CA listening on {ca_session.address[0]}:{ca_session.address[1]} in "
                    f"{topo.control_netns(options.lab)}; waiting for "
                    f"{len(ca_session.lab_node)} GNAB HELLOs")
-            if not ca_session.wait_for_hellos(options.hello_timeout, stop):
+            # A resumed run finds the nodes a crash under way froze still frozen.
+            frozen = crashed_nodes(timeline(scenario.actions, scenario.duration),
+                                   options.resume_at) if resuming else frozenset()
+            if not ca_session.wait_for_hellos(options.hello_timeout, stop, frozen):
                 _check_events(ca_session, events_path, summary)
                 summary.interrupted = True
                 return summary
@@ -622,6 +654,8 @@ def run(scenario: Scenario, options: RunOptions, stop: threading.Event,
         summary.host_flows = host_flows_summary(ca_session.events.records)
         if scenario.actions:
             summary.actions = actions_summary(ca_session.events.records)
+            if any(a.kind == "ping" for a in scenario.actions):
+                summary.path_delay = _path_delay(events_path, events_start)
         if ca_session.shaping is not None:
             summary.fidelity = ca_session.events.fidelity.result()
     finally:

@@ -27,8 +27,8 @@ def demo(lab: str, speed: float, keep: bool) -> None:
 
     Creates the lab, lets the CA and the GNAB agents negotiate links while the
     nodes move (scenarios/demo-12x4.json), prints a summary, and deletes the lab
-    unless --keep is given. The events file is kept either way (the last line says
-    where).
+    unless --keep is given. The run's directory, with its events, is kept either way
+    (the last line names it; `nestednet report` takes it).
     """
     if not DEMO_SCENARIO.exists():
         raise click.UsageError(f"demo scenario {DEMO_SCENARIO} not found (a source checkout is "

@@ -26,6 +26,7 @@ from nestednet.model.run_report import (
     describe_fidelity,
     describe_host_flows,
     describe_negotiation,
+    describe_path_delay,
     describe_routes,
 )
 from nestednet.model.scenario import LENGTH_UNITS, MAX_IPHYS
@@ -82,7 +83,7 @@ def register(group: click.Group) -> None:
 @click.option("--resume", "resume_dir", metavar="RUN_DIR",
               type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Take over a run whose process died (killed, machine asleep), from its "
-                   "directory (the events' directory, printed last): its own options, its "
+                   "directory (printed last): its own options, its "
                    "links kept, play going on from the scenario time it is now.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 @click.pass_context
@@ -102,7 +103,9 @@ def run(ctx: click.Context, scenario: Path | None, lab: str, speed: float,
     its figures as the events file has them. Ctrl-C stops promptly, the CA removes
     the links (flows) it installed, the summary so far is printed, exit 130
     (SIGTERM does the same, exit 143).
-    The events file is kept after the lab (the last line says where).
+    The events file is kept after the lab; the last line is the run's directory
+    (its record run.json, and its events unless --events said otherwise), which
+    `nestednet report` and `run --resume` take.
     A run whose process died (SIGKILL, a closed laptop) is taken over with
     --resume RUN_DIR: the same options, the links it had, play from the time now.
     --routing and --component-caps apply when run creates the lab; an existing lab
@@ -281,9 +284,15 @@ def _print_summary(summary: session.RunSummary, plot_dir: Path | None, as_json: 
     if summary.actions:
         out_console.print(describe_actions(summary.actions), highlight=False,
                           soft_wrap=True)
+    if summary.path_delay:
+        out_console.print(describe_path_delay(summary.path_delay), highlight=False,
+                          soft_wrap=True)
     if summary.removed_lab:
         out_console.print(f"lab {summary.lab} deleted (--rm); its results are kept")
     elif summary.created_lab:
         out_console.print(f"lab {summary.lab} kept: `nestednet delete --lab {summary.lab}`")
     pictures = f"; pictures in {plot_dir}" if plot_dir else ""
     out_console.print(f"events in {summary.events}{pictures}", highlight=False, soft_wrap=True)
+    # Last, and alone on its line, so `nestednet report "$(... | tail -n 1)"` works.
+    if summary.run_dir:
+        out_console.print(summary.run_dir, highlight=False, soft_wrap=True)

@@ -35,6 +35,10 @@ TEMPLATE_MARK = ".nestednet-template"
 TEMPLATE_LABEL = f"{LABEL_PREFIX}.template"
 STATE_MOUNT = "/nestednet"
 DATA_MOUNT = "/var/lib/docker"
+LOAD_TIMEOUT_S = 900
+"""How long the template's engine may take to load the component image: about 5 s here,
+but in the software-emulated VM on a busy host (load average 50-70) it outlasted the
+client's default 120 s and `create` failed."""
 
 
 def wait_ready(state_dir: Path, container: docker.models.containers.Container,
@@ -111,7 +115,7 @@ def template_for(client: docker.DockerClient, security: dict) -> Path:
             client, images.DIND_IMAGE, name=name, labels={TEMPLATE_LABEL: key},
             security=security, binds=parent_binds(state, data))
         wait_ready(state, container)
-        inner = docker_engine.connect(f"unix://{state}/docker.sock")
+        inner = docker_engine.connect(f"unix://{state}/docker.sock", timeout=LOAD_TIMEOUT_S)
         with open(archive, "rb") as tar:
             inner.images.load(tar.read())
         inner.close()

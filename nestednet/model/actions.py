@@ -408,6 +408,37 @@ def timeline(actions: Sequence[Action], duration: float) -> list[Cue]:
     return sorted(cues)
 
 
+_ENDS = {"uncut": "cut", "restart": "crash", "undegrade": "degrade"}
+"""Each ending op and the op whose fault it ends (under the same ``key``)."""
+
+
+def in_effect(cues: Iterable[Cue], t: float) -> list[Cue]:
+    """The fault cues played before scenario time ``t`` whose fault still holds at ``t``
+    (a cut, crash or degrade whose end cue comes at ``t`` or later), in play order.
+
+    A run resumed at ``t`` (`run --resume`) never plays the cues before ``t``, so these
+    are what it must apply again before its first step: without them a link-down or a
+    partition under way would be undone by the resumed step, and a crashed node never
+    thawed (its restart cue would find nothing frozen).
+    """
+    holding: dict[tuple[str, str], Cue] = {}
+    for cue in sorted(cues):
+        if cue.time >= t:
+            break
+        if cue.op in _ENDS.values():
+            holding[(cue.op, cue.key)] = cue
+        elif cue.op in _ENDS:
+            holding.pop((_ENDS[cue.op], cue.key), None)
+    return sorted(holding.values())
+
+
+def crashed_nodes(cues: Iterable[Cue], t: float) -> frozenset[str]:
+    """Nodes frozen whole at scenario time ``t`` by a crash (or churn) still in effect:
+    their agents cannot answer until their restart cue."""
+    return frozenset(cue.target[0] for cue in in_effect(cues, t)
+                     if cue.op == "crash" and cue.target is not None and cue.target[1] is None)
+
+
 def document(actions: Sequence[Action]) -> list[dict[str, Any]]:
     """The actions as written (for saving a scenario made in code)."""
     return [dict(a.raw) for a in actions]

@@ -252,6 +252,24 @@ def links_before(events: Iterable[Event], t: float | None) -> dict[Pair, LinkSta
     return up
 
 
+def placed(events: Iterable[Event]) -> list[tuple[float, Event]]:
+    """Each event with its scenario time placed by its wall time on the run's clock: the
+    latest ``play`` event before it (a resumed run starts a clock of its own). The CA
+    stamps its own events with the time of the step or cue they follow; this is when
+    they happened. Events before any clock, or without a wall time, keep their
+    ``scenario_time``."""
+    out = []
+    clock: tuple[float, float] | None = None
+    for e in events:
+        if e.event == PLAY and finite_number(e.extra.get("t0_wall")):
+            clock = (float(e.extra["t0_wall"]), float(e.extra.get("speed", 1.0)))
+        if clock is None or e.wall_time is None:
+            out.append((e.scenario_time, e))
+        else:
+            out.append((round((e.wall_time - clock[0]) * clock[1], 6), e))
+    return out
+
+
 def path_over_links(links: Iterable[Pair], a: str, b: str) -> list[str] | None:
     """A fewest-hops path from ``a`` to ``b`` over ``links`` (the nodes along it, ends
     included), or None; ties go to the alphabetically first neighbour. This is the path

@@ -69,3 +69,27 @@ def describe_actions(actions: dict) -> str:
         parts.append(f"iperf[{index}] {'-'.join(iperf['nodes'])}: {mean} over "
                      f"{iperf['intervals']} intervals")
     return "; ".join(parts)
+
+
+def describe_path_delay(path_delay: dict) -> str:
+    """One line for a person: per ping, its probes within the bound of the configured
+    path RTT (model.path_delay), and the first step where they part, if any."""
+    parts = []
+    for ping in path_delay["pings"]:
+        head = (f"ping[{ping['index']}] {'-'.join(ping['nodes'])}: "
+                f"{ping['compared'] - ping['outside']} of {ping['compared']} compared probes "
+                f"within bound of the configured path RTT")
+        if ping["answered"] > ping["compared"]:
+            head += f" ({ping['answered'] - ping['compared']} answered with no path known)"
+        parted = [r for r in ping["steps"] if r["parts"]]
+        if parted:
+            first = parted[0]
+            head += (f"; parts at step {first['step'] + 1} (from {first['from_s']:.1f} s): "
+                     f"measured {first['measured_ms']:.2f} ms vs configured "
+                     f"{first['configured_ms']:.2f} ms over {first['forward']} / "
+                     f"{first['back']}" + (f", and {len(parted) - 1} more step(s)"
+                                          if len(parted) > 1 else ""))
+        elif ping["compared"]:
+            head += "; agrees at every step"
+        parts.append(head)
+    return "path delay: " + "; ".join(parts)

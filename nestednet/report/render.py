@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from nestednet.errors import UsageError
+from nestednet.lab import runs
+from nestednet.model import path_delay
 from nestednet.model.actions import actions_summary
 from nestednet.model.events import Event, negotiation_summary, read_events, route_summary
 from nestednet.report import series
@@ -34,8 +36,13 @@ class Page:
 
 
 def events_path(run: Path) -> Path:
-    """The events file of a run directory (or the file itself)."""
+    """The events file of a run directory (or the file itself): its events.jsonl, else
+    the file its record (run.json) names, for a run given ``--events`` elsewhere."""
     path = run / EVENTS_FILE if run.is_dir() else run
+    if run.is_dir() and not path.is_file() and (run / runs.RUN_RECORD).is_file():
+        named = runs.read_run_record(run).get("events")
+        if isinstance(named, str):
+            path = Path(named)
     if not path.is_file():
         raise UsageError(f"{run}: no {EVENTS_FILE} here",
                          hint="give the directory `nestednet run` printed last")
@@ -85,6 +92,10 @@ def build(run: Path) -> Page:
     if checks:
         page.sections.append(("Fidelity: what the kernel holds against what was configured",
                               _fidelity_table(checks)))
+    compared = path_delay.summary(events)
+    if compared:
+        page.sections.append(("Fidelity: measured RTT against the configured path delay",
+                              _path_delay_parts(compared)))
     negotiation = negotiation_summary(events)
     page.sections.append(("Negotiation", [
         f"link requests {negotiation.get('requests', 0)}, refused "
@@ -113,6 +124,35 @@ def _fidelity_table(checks: list[dict[str, Any]]) -> list[Any]:
                      "yes" if c.get("matched") else "NO: " + "; ".join(c["differences"])])
     return [f"{matched} of {len(checks)} shaped directions matched at their step's end",
             rows]
+
+
+def _path_delay_parts(compared: dict[str, Any]) -> list[Any]:
+    """The rule, then per ping one row per step: its path, configured and measured RTT."""
+    bound = compared["bound"]
+    parts: list[Any] = [
+        "Each answered probe is compared with the sum of the one-way delays configured "
+        "on the links its route crossed there and back (routes from the route events, "
+        f"delays from link_up/link_update). Bound, fixed in advance: {bound['rule']} "
+        f"(base {bound['base_ms']:g} ms, {bound['per_direction_ms']:g} ms per direction, "
+        f"{bound['below_ms']:g} ms below)."]
+    for ping in compared["pings"]:
+        parts.append(f"ping[{ping['index']}] {' -> '.join(ping['nodes'])}: "
+                     f"{ping['compared'] - ping['outside']} of {ping['compared']} compared "
+                     f"probes within bound ({ping['answered']} answered, {ping['probes']} "
+                     "sent)")
+        rows = [["step", "from s", "path there / back", "configured RTT", "measured p50",
+                 "error p50", "bound", "compared", "outside", "verdict"]]
+        for r in ping["steps"]:
+            bound_ms = "-" if r["bound_ms"] is None else \
+                f"{r['bound_ms'][0]:.1f}..{r['bound_ms'][1]:.1f}"
+            rows.append([
+                "-" if r["step"] is None else r["step"] + 1, f"{r['from_s']:.1f}",
+                f"{r['forward']} / {r['back']}" if r["forward"] else "no path known",
+                _ms(r["configured_ms"]), _ms(r["measured_ms"]), _ms(r["error_ms"]), bound_ms,
+                r["compared"], r["outside"],
+                "PARTS" if r["parts"] else ("agrees" if r["compared"] else "-")])
+        parts.append(rows)
+    return parts
 
 
 def _figure(height: float = 3.0, rows: int = 1) -> Any:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nestednet.model.events import Event
+from nestednet.model.events import Event, placed
 
 _STARTS = {"cut": "cut", "crash": "crash", "degrade": "degrade"}
 _ENDS = {"uncut": "cut", "restart": "crash", "undegrade": "degrade"}
@@ -41,34 +41,17 @@ def steps(events: Sequence[Event]) -> list[tuple[int, float, int]]:
             for i, e in enumerate(ev for ev in events if ev.event == "step")]
 
 
-def clock(events: Sequence[Event]) -> tuple[float, float] | None:
-    """(t0_wall, speed) from the run's `play` event, or None (an older run)."""
-    for e in events:
-        if e.event == "play" and "t0_wall" in e.extra:
-            return float(e.extra["t0_wall"]), float(e.extra.get("speed", 1.0))
-    return None
-
-
-def when(e: Event, run_clock: tuple[float, float] | None) -> float:
-    """An event's scenario time from its wall time where the run's clock is known (the
-    CA stamps its events with the time of the step or cue they follow)."""
-    if run_clock is None or e.wall_time is None:
-        return e.scenario_time
-    return round((e.wall_time - run_clock[0]) * run_clock[1], 6)
-
-
 def link_counts(events: Sequence[Event]) -> list[tuple[float, int]]:
     """Links up after each link_up / link_down, starting from (0, 0)."""
     count, out = 0, [(0.0, 0)]
-    run_clock = clock(events)
-    for e in events:
+    for t, e in placed(events):
         if e.event == "link_up":
             count += 1
         elif e.event == "link_down":
             count -= 1
         else:
             continue
-        out.append((when(e, run_clock), count))
+        out.append((t, count))
     return sorted(out)
 
 
@@ -97,10 +80,9 @@ def fault_spans(events: Sequence[Event], end: float) -> list[Span]:
 def route_changes(events: Sequence[Event], bin_s: float = 1.0) -> list[tuple[float, int]]:
     """Route events per ``bin_s`` seconds (bin start, count), empty bins left out."""
     bins: dict[int, int] = {}
-    run_clock = clock(events)
-    for e in events:
+    for t, e in placed(events):
         if e.event == "route":
-            k = int(when(e, run_clock) // bin_s)
+            k = int(t // bin_s)
             bins[k] = bins.get(k, 0) + 1
     return [(k * bin_s, n) for k, n in sorted(bins.items())]
 
@@ -140,14 +122,13 @@ def iperfs(events: Sequence[Event]) -> list[Measurement]:
 def link_rates(events: Sequence[Event]) -> list[tuple[float, float]]:
     """(time, rate bit/s) of every direction set by a link_up or link_update."""
     out = []
-    run_clock = clock(events)
-    for e in events:
+    for t, e in placed(events):
         if e.event in ("link_up", "link_update") and isinstance(e.extra.get("properties"),
                                                                  dict):
             for side in ("a_to_b", "b_to_a"):
                 rate = (e.extra["properties"].get(side) or {}).get("rate_bps")
                 if rate is not None:
-                    out.append((when(e, run_clock), float(rate)))
+                    out.append((t, float(rate)))
     return out
 
 

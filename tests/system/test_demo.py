@@ -49,10 +49,11 @@ def test_demo_runs_end_to_end_and_its_summary_is_the_events_files():
     assert steps == 10 and scenario_time == pytest.approx(60.0, abs=6.0), out
     assert made > 0 and requests >= made, out
 
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("events in "), out
-    events = Path(last.removeprefix("events in ").split(";")[0])
-    assert events.is_file(), events
+    *_, said, last = out.strip().splitlines()
+    run_dir = Path(last)  # the last line is the run's directory, alone
+    events = run_dir / "events.jsonl"
+    assert said == f"events in {events}", out
+    assert events.is_file() and (run_dir / "run.json").is_file(), out
     kinds = Counter(json.loads(line)["event"] for line in events.read_text().splitlines()
                     if line.strip())
     assert kinds["link_up"] == made and kinds["link_request"] == requests, kinds

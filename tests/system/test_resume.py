@@ -1,15 +1,21 @@
 """A run survives its own death (issue #32): `nestednet run` is killed with SIGKILL
 mid-run, and `nestednet run --resume RUN_DIR` takes over on the real lab.
 
-small-4x2 plays steps at 0, 10 and 20 s (30 s at speed 1). The CLI is killed once step
-0's links are up; the links must still be there (flows are the lab's, not the
-process's), the resumed run must adopt exactly those, carry on from the scenario time
-it is, never make a link that is already up, and leave one valid JSON-lines events
-stream with one `resumed` event; `--rm` then deletes the lab as the first run was asked.
+small-4x2 plays steps at 0, 10 and 20 s (30 s at speed 1), here with two faults from
+1 s: n1-n2 down until 15 s and n4 crashed (frozen, its links cut) until 25 s. The CLI is
+killed once step 0's links are up and both faults have begun; the links must still be
+there (flows are the lab's, not the process's), the resumed run must adopt exactly
+those, carry on from the scenario time it is, never make a link that is already up, and
+leave one valid JSON-lines events stream with one `resumed` event. The faults under way
+must be applied again (their cues came before the resumed time and are never played):
+no link of n1-n2 before 15 s nor of n4 before 25 s, n4 still frozen meanwhile (its agent
+silent: the resumed run must not wait for its HELLO) and thawed by its restart cue.
+`--rm` then deletes the lab as the first run was asked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -54,11 +60,21 @@ def _links_now() -> set[tuple[str, str]]:
     return {(str(a), str(b)) for a, b in found}
 
 
+def _n4_paused() -> bool:
+    parent = Lab.open(LAB).parent(4)
+    parent.reload()
+    return parent.status == "paused"
+
+
 def test_a_killed_run_is_resumed_with_its_links_and_one_event_stream(tmp_path):
     forget(LAB)
+    scenario = tmp_path / "small-4x2-faults.json"
+    scenario.write_text(json.dumps(json.loads(SCENARIO.read_text()) | {"actions": [
+        {"action": "link-down", "from": 1, "until": 15, "between": ["n1", "n2"]},
+        {"action": "crash", "from": 1, "until": 25, "node": "n4"}]}))
     before = {p.name for p in RUNS_DIR.glob(f"{LAB}-*")} if RUNS_DIR.is_dir() else set()
     log = (tmp_path / "first.log").open("w")
-    first = subprocess.Popen([CLI, "run", str(SCENARIO), "--lab", LAB, "--speed", "1",
+    first = subprocess.Popen([CLI, "run", str(scenario), "--lab", LAB, "--speed", "1",
                               "--rm"], stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
     try:
@@ -68,7 +84,10 @@ def test_a_killed_run_is_resumed_with_its_links_and_one_event_stream(tmp_path):
         events = run_dir / "events.jsonl"
         _wait("step 0's links", lambda: events.exists() and any(
             r["event"] == "link_up" for r in _records(events)))
-        time.sleep(1.0)  # step 0 settles; step 1 is at 10 s
+        _wait("both faults begun", lambda: {(r["action"], r["op"]) for r in _records(events)
+                                            if r["event"] == "action"}
+              >= {("link-down", "cut"), ("crash", "crash"), ("crash", "cut")})
+        time.sleep(1.0)  # the cuts' links go down; step 1 is at 10 s
         assert first.poll() is None, (tmp_path / "first.log").read_text()
         first.send_signal(signal.SIGKILL)
         first.wait(30)
@@ -82,12 +101,32 @@ def test_a_killed_run_is_resumed_with_its_links_and_one_event_stream(tmp_path):
     assert RunMarker(LAB).read().get("pid") == first.pid
     before_kill = _records(events)
 
+    assert _n4_paused(), "the crash should have frozen n4 before the kill"
+
+    paused: list[tuple[float, bool]] = []  # (scenario time, n4 frozen) while resumed
     try:
-        done = subprocess.run([CLI, "run", "--resume", str(run_dir), "--json"],
-                              capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
-        summary = json.loads(done.stdout)
+        second = subprocess.Popen([CLI, "run", "--resume", str(run_dir), "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  stdin=subprocess.DEVNULL)
+        try:
+            origin = None
+            while second.poll() is None:
+                time.sleep(0.5)
+                if origin is None:
+                    origin = next((r["t0_wall"] for r in _records(events)[len(before_kill):]
+                                   if r["event"] == "play"), None)
+                    continue
+                with contextlib.suppress(Exception):  # the lab goes at the end (--rm)
+                    state = _n4_paused()
+                    now = time.time() - origin
+                    if now < 29:
+                        paused.append((now, state))
+            out, err = second.communicate(timeout=300)
+        finally:
+            if second.poll() is None:
+                second.kill()
+        assert second.returncode == 0, f"{out}\n{err[-3000:]}"
+        summary = json.loads(out)
     finally:
         forget(LAB)
 
@@ -119,6 +158,27 @@ def test_a_killed_run_is_resumed_with_its_links_and_one_event_stream(tmp_path):
         list(range(int(resumed[0]["scenario_time"] // 10), 3))
     assert summary["removed_lab"] and summary["scenario_time"] == pytest.approx(30, abs=1)
     assert not LabRecord(LAB).exists() and not RunMarker(LAB).path.exists()
+
+    # The faults under way were applied again, then ended at their own cues.
+    resumed_at = resumed[0]["scenario_time"]
+    again = {(r["action"], r["op"]) for r in after
+             if r["event"] == "action" and r.get("reapplied")}
+    assert again == {("link-down", "cut"), ("crash", "crash"), ("crash", "cut")}, after
+    ends = {(r["action"], r["op"]): r for r in after
+            if r["event"] == "action" and not r.get("reapplied")}
+    assert "error" not in ends[("crash", "restart")], ends
+    for record in after:
+        if record["event"] != "link_up":
+            continue
+        nodes = set(record["nodes"])
+        assert nodes != {"n1", "n2"} or record["scenario_time"] >= 15, record
+        assert "n4" not in nodes or record["scenario_time"] >= 25, record
+    frozen = [t for t, p in paused if p]
+    thawed = [t for t, p in paused if not p]
+    assert frozen and min(t for t, _ in paused) < 24, paused  # seen frozen while crashed
+    # thawed by the restart cue at 25 s, not before (1 s for the reads' own time)
+    assert all(t < 26 for t in frozen) and thawed and min(thawed) > 24.5, paused
+    assert resumed_at < 15, resumed_at
 
 
 def test_a_full_events_disk_stops_the_run_cleanly_and_names_the_disk(tmp_path):

@@ -9,7 +9,14 @@ from click.testing import CliRunner
 
 from nestednet.cli import main as cli
 from nestednet.errors import UsageError
-from nestednet.model.actions import Cut, churn_nodes, effective_visible, timeline
+from nestednet.model.actions import (
+    Cut,
+    churn_nodes,
+    crashed_nodes,
+    effective_visible,
+    in_effect,
+    timeline,
+)
 from nestednet.model.scenario_file import parse_scenario
 from nestednet.model.scenario_native import to_native
 
@@ -135,6 +142,41 @@ def test_crash_of_a_node_freezes_it_and_cuts_its_links_until_restart():
     assert [(c.time, c.op) for c in cues] == [(5, "crash"), (5, "cut"), (8, "uncut"),
                                               (8, "restart")]
     assert cues[1].cut == Cut(nodes=frozenset({"n2"}))
+
+
+def test_faults_in_effect_at_a_resume_time_are_those_begun_and_not_yet_ended():
+    """Worked by hand from the cues: a flap 10-14 (period 2: down 10-11, 12-13), a
+    link-down 3 until its link-up at 6, n2 crashed 5-20, a partition from 8 to the end,
+    a degrade 2-4, a ping (a measurement: never a fault)."""
+    scenario = parse_scenario(doc([
+        {"action": "flap", "from": 10, "until": 14, "between": ["n3", "n4"], "period": 2},
+        {"action": "link-down", "time": 3, "between": ["n1", "n2"]},
+        {"action": "link-up", "time": 6, "between": ["n1", "n2"]},
+        {"action": "crash", "from": 5, "until": 20, "node": "n2"},
+        {"action": "partition", "from": 8, "groups": [["n1"], ["n3"]]},
+        {"action": "degrade", "from": 2, "until": 4, "between": ["n1", "n4"], "factor": 2},
+        {"action": "ping", "from": 1, "src": "n1", "dst": "n3"}],
+        link_model={"model": "fixed", "params": {"delay": "5ms"}}), "s")
+    cues = timeline(scenario.actions, scenario.duration)
+
+    def held(t: float) -> list[tuple[str, str]]:
+        return [(c.op, c.key) for c in in_effect(cues, t)]
+
+    assert held(0) == [] and held(2) == []  # a cue at t itself is played by the run
+    assert held(3.5) == [("degrade", "a5"), ("cut", "a1")]
+    assert held(5.5) == [("cut", "a1"), ("crash", "crash:n2:"), ("cut", "crash:n2:")]
+    # the link-up at 6 is a cue the resumed run plays itself: the cut holds until then
+    assert held(6) == held(5.5)
+    assert held(6.5) == [("crash", "crash:n2:"), ("cut", "crash:n2:")]
+    assert held(10.5) == [("crash", "crash:n2:"), ("cut", "crash:n2:"), ("cut", "a4"),
+                          ("cut", "a0")]
+    assert held(11.5) == [("crash", "crash:n2:"), ("cut", "crash:n2:"), ("cut", "a4")]
+    assert held(25) == [("cut", "a4")]
+    assert crashed_nodes(cues, 5.5) == {"n2"} and crashed_nodes(cues, 20.5) == frozenset()
+    component = parse_scenario(doc([{"action": "crash", "from": 1, "until": 9,
+                                     "node": "n2", "component": "iphy1"}]), "s")
+    assert [c.op for c in in_effect(timeline(component.actions, 30), 2)] == ["crash"]
+    assert crashed_nodes(timeline(component.actions, 30), 2) == frozenset()
 
 
 def test_churn_picks_a_seeded_share():

@@ -1094,6 +1094,55 @@ def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
     assert cut.extra["visible_after"] == 2 and uncut.extra["visible_after"] == 4
 
 
+def test_a_resumed_run_applies_again_the_faults_under_way_before_its_first_step():
+    """small-4x2 (steps at 0, 10, 20 s) with n1-n2 down 5-15 s and n2-n4 degraded x3 from
+    8 to 16 s, resumed at 12 s: the cues at 5 and 8 are never played, yet step 1 (applied
+    at 12) must come without n1-n2 and with the factor set; both end at their own cues."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from nestednet.ca.actions import ActionPlayer
+    from nestednet.ca.player import Player
+    from nestednet.model.scenario_file import parse_scenario
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "small-4x2.json"
+    doc = json.loads(path.read_text()) | {
+        "link_model": {"model": "fixed", "params": {"rate": "10Mbit"}},
+        "actions": [{"action": "link-down", "from": 5, "until": 15, "between": ["n2", "n1"]},
+                    {"action": "degrade", "from": 8, "until": 16, "between": ["n2", "n4"],
+                     "factor": 3}]}
+    scenario = parse_scenario(doc, "s")
+    server, ca = _scenario_ca(scenario)
+    events = ca.events
+    shaping = SimpleNamespace(factors={})
+    factors_at_step: list[dict] = []
+    session = SimpleNamespace(server=server, ca=ca, events=events, shaping=shaping)
+    actions = ActionPlayer(scenario, session, Path("/nonexistent"), speed=200)
+    apply_step = ca.apply_step
+
+    def spy(*args: object) -> None:  # the factors each step is shaped with
+        factors_at_step.append(dict(shaping.factors))
+        apply_step(*args)
+
+    ca.apply_step = spy
+    try:
+        Player(scenario, server, ca, speed=200, actions=actions).play(
+            threading.Event(), start_at=12.0)
+    finally:
+        actions.close()
+        server.stop()
+    order = [(e.event, e.scenario_time, e.extra.get("op"), e.extra.get("reapplied"))
+             for e in events.records if e.event in ("step", "action")]
+    assert order == [("action", 12, "cut", True), ("action", 12, "degrade", True),
+                     ("step", 10, None, None), ("action", 15, "uncut", None),
+                     ("action", 16, "undegrade", None), ("step", 20, None, None)]
+    first = next(e for e in events.records if e.event == "step")
+    assert first.step == 1 and ("n1", "n2") not in first.visible
+    assert ("n1", "n4") in first.visible and ("n2", "n4") in first.visible
+    assert factors_at_step == [{frozenset({"n2", "n4"}): 3.0}, {}]
+
+
 @pytest.mark.unit
 def test_the_per_step_bulk_goes_to_the_file_and_is_counted_not_kept(tmp_path):
     """A 48 x 4 soak's CLI grew by about 10 MB a minute: EventLog kept every fidelity

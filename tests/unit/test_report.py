@@ -100,3 +100,17 @@ def test_the_play_clock_places_ca_events_by_their_wall_time(tmp_path):
     events = read_events(tmp_path / "events.jsonl")
     assert series.link_counts(events) == [(0.0, 0), (21.0, -1)]
     assert series.route_changes(events) == [(2.0, 1)]
+
+
+def test_report_takes_a_run_directory_whose_events_went_elsewhere(tmp_path):
+    """`run --events FILE` still makes a run directory (its record names the file), and
+    that directory is what `run` prints last: `report` must find the events from it."""
+    events = tmp_path / "elsewhere" / "ev.jsonl"
+    events.parent.mkdir()
+    events.write_text("\n".join(EVENTS) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"version": 1, "events": str(events)}))
+    result = CliRunner().invoke(main, ["report", str(run), "-o", str(tmp_path / "r.md")])
+    assert result.exit_code == 0, result.output
+    assert "ping[0] a -> c: 8/12 answered" in (tmp_path / "r.md").read_text()

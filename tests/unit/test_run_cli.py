@@ -120,3 +120,15 @@ def test_run_help_teaches_the_new_defaults():
     text = " ".join(result.output.split())
     assert "the existing lab's count" in text and "outlives the lab" in text
     assert "exit 130" in text
+
+
+def test_the_summary_ends_with_the_run_directory_alone_on_its_line(capsys):
+    """`report "$(nestednet run ... | tail -n 1)"`: the last line is the bare directory."""
+    from nestednet.ca.session import RunSummary
+
+    summary = RunSummary(lab="x", created_lab=False, events="/tmp/ev.jsonl",
+                         run_dir="/var/lib/nestednet/runs/x-20261126-101500")
+    run_cli._print_summary(summary, None, as_json=False)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "/var/lib/nestednet/runs/x-20261126-101500"
+    assert lines[-2] == "events in /tmp/ev.jsonl"
