@@ -280,14 +280,15 @@ def test_agents_with_more_iphys_than_the_scenario_do_not_storm(tmp_path):
         server.stop()
 
 
-def _scenario_ca(scenario) -> tuple[ControlServer, CommunicationAssistant]:
-    """A CA serving on loopback for ``scenario``'s nodes, flows recorded, events in memory."""
+def _scenario_ca(scenario, events_path=None) -> tuple[ControlServer, CommunicationAssistant]:
+    """A CA serving on loopback for ``scenario``'s nodes, flows recorded, events in memory
+    (and in ``events_path`` when given)."""
     server = ControlServer(listen("127.0.0.1", 0))
     ca = CommunicationAssistant(server, InterNodeLinks(scenario.iphy_inventory()),
                                 RecordingInstaller(),
                                 node_ids={n.name: n.node_id for n in scenario.nodes},
                                 control_ips=dict.fromkeys(scenario.node_names, "10.0.0.9"),
-                                events=EventLog(None))
+                                events=EventLog(events_path))
     server.start(ca)
     return server, ca
 
@@ -1059,7 +1060,14 @@ print(json.dumps({{"told": [e.errno for e in told], "records": len(log.records),
     assert [r["step"] for r in lines] == list(range(len(lines))) and len(lines) < 40
 
 
-def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
+def _steps_in_file(path):
+    """The step events as the run's file has them (records keep steps without pairs)."""
+    from nestednet.model.events import parse_events
+
+    return [e for e in parse_events(path.read_text(), str(path)) if e.event == "step"]
+
+
+def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans(tmp_path):
     """small-4x2 (steps at 0, 10, 20 s) with n1-n2 down from 5 to 15 s: the cut is played
     at 5 (before the step at 10, which it filters) and lifted at 15; the step at 0 and
     the one at 20 are untouched (n1-n2 is not visible at 20 anyway)."""
@@ -1075,7 +1083,7 @@ def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
     doc = json.loads(path.read_text()) | {"actions": [
         {"action": "link-down", "from": 5, "until": 15, "between": ["n2", "n1"]}]}
     scenario = parse_scenario(doc, "s")
-    server, ca = _scenario_ca(scenario)
+    server, ca = _scenario_ca(scenario, tmp_path / "events.jsonl")
     events = ca.events
     session = SimpleNamespace(server=server, ca=ca, events=events, shaping=None)
     actions = ActionPlayer(scenario, session, Path("/nonexistent"), speed=200)
@@ -1088,13 +1096,13 @@ def test_action_cues_play_between_steps_and_a_cut_filters_the_steps_it_spans():
              if e.event in ("step", "action")]
     assert order == [("step", 0, None), ("action", 5, "cut"), ("step", 10, None),
                      ("action", 15, "uncut"), ("step", 20, None)]
-    steps = [e for e in events.records if e.event == "step"]
+    steps = _steps_in_file(tmp_path / "events.jsonl")
     assert ("n1", "n2") in steps[0].visible and ("n1", "n2") not in steps[1].visible
     cut, uncut = (e for e in events.records if e.event == "action")
     assert cut.extra["visible_after"] == 2 and uncut.extra["visible_after"] == 4
 
 
-def test_a_resumed_run_applies_again_the_faults_under_way_before_its_first_step():
+def test_a_resumed_run_applies_again_the_faults_under_way_before_its_first_step(tmp_path):
     """small-4x2 (steps at 0, 10, 20 s) with n1-n2 down 5-15 s and n2-n4 degraded x3 from
     8 to 16 s, resumed at 12 s: the cues at 5 and 8 are never played, yet step 1 (applied
     at 12) must come without n1-n2 and with the factor set; both end at their own cues."""
@@ -1113,7 +1121,7 @@ def test_a_resumed_run_applies_again_the_faults_under_way_before_its_first_step(
                     {"action": "degrade", "from": 8, "until": 16, "between": ["n2", "n4"],
                      "factor": 3}]}
     scenario = parse_scenario(doc, "s")
-    server, ca = _scenario_ca(scenario)
+    server, ca = _scenario_ca(scenario, tmp_path / "events.jsonl")
     events = ca.events
     shaping = SimpleNamespace(factors={})
     factors_at_step: list[dict] = []
@@ -1137,7 +1145,7 @@ def test_a_resumed_run_applies_again_the_faults_under_way_before_its_first_step(
     assert order == [("action", 12, "cut", True), ("action", 12, "degrade", True),
                      ("step", 10, None, None), ("action", 15, "uncut", None),
                      ("action", 16, "undegrade", None), ("step", 20, None, None)]
-    first = next(e for e in events.records if e.event == "step")
+    first = _steps_in_file(tmp_path / "events.jsonl")[0]
     assert first.step == 1 and ("n1", "n2") not in first.visible
     assert ("n1", "n4") in first.visible and ("n2", "n4") in first.visible
     assert factors_at_step == [{frozenset({"n2", "n4"}): 3.0}, {}]
@@ -1154,8 +1162,35 @@ def test_the_per_step_bulk_goes_to_the_file_and_is_counted_not_kept(tmp_path):
                   matched=n != 1, differences=["rate"] if n == 1 else [], checked_step=0)
     log.write("link_update", scenario_time=0.0, step=0, nodes=["n1", "n2"], iphys=[1, 1])
     assert [e.event for e in log.records] == ["step"]
+    assert log.records[0].step == 0
     assert log.fidelity.result() == {"checks": 3, "matched": 2, "mismatched": [
         {"checked_step": 0, "port": "u-1x1", "direction": "d", "differences": ["rate"]}]}
     lines = (tmp_path / "events.jsonl").read_text().splitlines()
     assert [json.loads(x)["event"] for x in lines] == ["step", "fidelity", "fidelity",
                                                        "fidelity", "link_update"]
+
+
+@pytest.mark.unit
+def test_a_step_goes_whole_to_the_file_and_slim_into_memory(tmp_path):
+    """The 2-hour 48 x 4 soak's CLI still grew 37 MB an hour once the fidelity checks were
+    no longer kept: each kept step held its 48 nodes and its visible pairs. 1,000 steps of
+    48 nodes and 150 pairs each must stay under 1 MB in memory (whole, they took about
+    10 MB), while the file keeps every pair."""
+    import tracemalloc
+
+    nodes = [f"n{i}" for i in range(1, 49)]
+    pairs = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]][:150]
+    log = EventLog(tmp_path / "events.jsonl")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for step in range(1000):
+            log.write("step", scenario_time=float(step), step=step, nodes=list(nodes),
+                      visible=sorted(tuple(sorted(p)) for p in {frozenset(p) for p in pairs}))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000, held
+    assert [e.step for e in log.records] == list(range(1000))
+    last = json.loads((tmp_path / "events.jsonl").read_text().splitlines()[-1])
+    assert len(last["visible"]) == 150 and last["nodes"] == nodes
