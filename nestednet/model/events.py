@@ -430,6 +430,18 @@ def host_flows_summary(events: Iterable[Event]) -> dict[str, Any]:
             for op, groups in sorted(out.items())}
 
 
+def apply_route(table: dict[str, Any], dst: str, e: Event) -> None:
+    """One ``route`` event onto a node's table (destination -> next hop). Babel may delete
+    a replaced route after adding its successor through another hop, so a ``del`` removes
+    the route only while it still goes via the hop the event names."""
+    via = e.extra.get("via")
+    if e.extra.get("op") == "del":
+        if dst in table and table[dst] == via:
+            del table[dst]
+    else:
+        table[dst] = via
+
+
 def route_summary(events: Iterable[Event]) -> list[dict[str, Any]]:
     """Route changes per step: how many, per node, and ``converged_s``, the time from
     the step taking effect to its last route change (null when nothing changed)."""

@@ -48,6 +48,7 @@ from nestednet.model.events import (
     ROUTE,
     STEP,
     Event,
+    apply_route,
     percentile,
     placed,
 )
@@ -159,15 +160,7 @@ class Network:
                 self.ports[(a, ai)], self.ports[(b, bi)] = (b, bi), (a, ai)
         elif e.event == ROUTE and e.nodes:
             table = self.routes.setdefault(e.nodes[0], {})
-            dst = str(e.extra.get("dst", "")).split("/")[0]
-            via = e.extra.get("via")
-            if e.extra.get("op") == "del":
-                # A route replaced by one through another hop may be deleted after its
-                # successor was added: only the route named goes.
-                if dst in table and table[dst] == via:
-                    del table[dst]
-            else:
-                table[dst] = via
+            apply_route(table, str(e.extra.get("dst", "")).split("/")[0], e)
 
     def _unlink(self, node: str, iphy: int) -> None:
         peer = self.ports.pop((node, iphy), None)

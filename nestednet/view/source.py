@@ -117,11 +117,7 @@ def _routes_from_events(name: str, events: list[ev.Event]) -> list[dict[str, Any
     table: dict[str, Any] = {}
     for e in events:
         if e.event == ev.ROUTE and e.nodes and e.nodes[0] == name:
-            dst = str(e.extra.get("dst"))
-            if e.extra.get("op") == "del":
-                table.pop(dst, None)
-            else:
-                table[dst] = e.extra.get("via")
+            ev.apply_route(table, str(e.extra.get("dst")), e)
     return [{"dst": dst, "via": via} for dst, via in sorted(table.items())]
 
 

@@ -305,3 +305,17 @@ def test_the_web_layer_reads_the_lab_only_through_the_source_module():
     bad = {m for m in _imports(view / "source.py", top_level_only=True) if m.startswith(RUNTIME)}
     assert not bad, f"source.py loads {sorted(bad)} at import (lazy imports only)"
     assert "nestednet.lab.nodes" in _imports(view / "source.py", top_level_only=False)
+
+
+def test_a_route_replaced_before_its_old_hop_is_deleted_stays_in_the_table():
+    """Babel adds the new route (via .7) before deleting the old one (via .5): the node's
+    panel must keep the route via .7; a del naming the hop in use removes it."""
+    def route(op: str, via: str, t: float) -> ev.Event:
+        return ev.Event(ev.ROUTE, t, wall_time=100 + t, step=0, nodes=("a",),
+                        extra={"op": op, "dst": "10.100.0.3/32", "via": via})
+
+    events = [route("add", "192.168.2.5", 1), route("add", "192.168.2.7", 2),
+              route("del", "192.168.2.5", 3)]
+    assert source._routes_from_events("a", events) == [
+        {"dst": "10.100.0.3/32", "via": "192.168.2.7"}]
+    assert source._routes_from_events("a", [*events, route("del", "192.168.2.7", 4)]) == []
