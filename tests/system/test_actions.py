@@ -218,6 +218,22 @@ def test_ping_records_each_probe(played):
     assert summary["actions"]["ping"]["0"]["probes"] == len(probes)
 
 
+def test_path_delay_compares_each_ping_with_its_routes(played):
+    """The route events give n1 -> n3's path on the ring n1-n2-n3-n4 (two hops, via n2 or
+    n4, both ways); the fixed model sets no delay, so the configured RTT is 0."""
+    summary = played[0]
+    ping = summary["path_delay"]["pings"][0]
+    assert ping["nodes"] == ["n1", "n3"]
+    assert ping["probes"] == summary["actions"]["ping"]["0"]["probes"]
+    rows = [r for r in ping["steps"] if r["compared"]]
+    assert rows, ping
+    for row in rows:
+        assert row["forward"] in ("n1>n2>n3", "n1>n4>n3"), row
+        assert row["back"] in ("n3>n2>n1", "n3>n4>n1"), row
+        assert row["configured_ms"] == 0 and row["measured_ms"] > 0, row
+    print(f"path delay rows: {[(r['step'], r['forward'], r['measured_ms']) for r in rows]}")
+
+
 def test_exec_output_goes_to_the_run_directory(played):
     events, directory = played[1], played[2]
     started = [e for e in actions_of(events, "exec") if e.extra["op"] == "start"]
