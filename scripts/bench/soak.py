@@ -85,16 +85,23 @@ def dockerd_pid() -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=48)
-    ap.add_argument("--iphys", type=int, default=4)
-    ap.add_argument("--minutes", type=float, default=120.0)
-    ap.add_argument("--step", type=float, default=1.0)
-    ap.add_argument("--sample", type=float, default=30.0)
-    ap.add_argument("--flat", action="store_true")
-    ap.add_argument("--lab", default="soak")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Writes soak.json (growth per hour against its bounds, late steps, passed), "
+               "samples.json and soak.png into --out; exit 0 when it passed, 1 when not.")
+    ap.add_argument("--nodes", type=int, default=48, help="nodes in the lab (default 48)")
+    ap.add_argument("--iphys", type=int, default=4, help="iPHYs per node (default 4)")
+    ap.add_argument("--minutes", type=float, default=120.0,
+                    help="scenario length, minutes (default 120)")
+    ap.add_argument("--step", type=float, default=1.0, help="step length, s (default 1)")
+    ap.add_argument("--sample", type=float, default=30.0,
+                    help="seconds between samples (default 30)")
+    ap.add_argument("--flat", action="store_true",
+                    help="a flat lab (one container per node) instead of nested")
+    ap.add_argument("--lab", default="soak", help="the lab's name (default soak)")
     ap.add_argument("--out", type=Path,
-                    default=Path("results") / f"soak-{time.strftime('%Y%m%d-%H%M%S')}")
+                    default=Path("results") / f"soak-{time.strftime('%Y%m%d-%H%M%S')}",
+                    help="directory for the results (default results/soak-TIME)")
     args = ap.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
