@@ -96,6 +96,30 @@ def wake(state_dir: Path, parent: docker.models.containers.Container,
     node_image.root_only(sock)
 
 
+LOCK_WAIT_S = 120.0
+"""A park holds the engine lock while it stops dockerd and containerd (each TERMed, then
+KILLed after 20 s): longer than this, something else holds it."""
+
+
+def _share(fd: int, lock: Path, name: str) -> None:
+    """The shared engine lock, waited for at most LOCK_WAIT_S: an error naming the lock
+    instead of a command that hangs."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise EnvironmentProblem(
+                    f"the inner engine of {name} stayed locked for {LOCK_WAIT_S:.0f} s: "
+                    f"{lock} is held exclusively",
+                    hint="a process in the node's parent holds it (a parent from an older "
+                         "node image could leave a daemon holding it): delete the lab and "
+                         "create it again") from None
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def using(state_dir: Path, parent: docker.models.containers.Container, *,
           timeout: int = 30) -> Iterator[docker.DockerClient]:
@@ -104,7 +128,7 @@ def using(state_dir: Path, parent: docker.models.containers.Container, *,
     lock = state_dir / LOCK_FILE
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        _share(fd, lock, parent.name)
         os.utime(lock)
         wake(state_dir, parent)
         client = docker_engine.connect(f"unix://{state_dir / SOCKET_FILE}", timeout=timeout)

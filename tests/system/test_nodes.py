@@ -296,6 +296,57 @@ def test_an_engine_in_use_is_not_parked_under_its_user(lab):
     assert _wait_engine(lab, "n1", "parked", 20)
 
 
+def _holding_engine_lock(lab_name: str, node: str) -> list[str]:
+    """Processes in a node parent's pid namespace with its engine.lock open."""
+    import docker
+
+    pid = docker.from_env().containers.get(f"{lab_name}-{node}").attrs["State"]["Pid"]
+    ns = os.readlink(f"/proc/{pid}/ns/pid")
+    holders = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or os.readlink(entry / "ns" / "pid") != ns:
+                continue
+            fds = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(target.endswith("/engine.lock") for target in fds):
+            holders.append(f"{(entry / 'comm').read_text().strip()}[{entry.name}]")
+    return holders
+
+
+@pytest.mark.system
+def test_a_wake_during_a_park_leaves_the_engine_lock_free(lab):
+    """A wake (SIGUSR1, as `status` sends every node at once) arriving while the parent
+    parks its engine: the daemons it started inherited park's locked fd, and every later
+    use of the node waited forever (make test hung in test_api_lab). Wakes at offsets
+    through the park: afterwards no daemon holds the lock, a use gets the lock within
+    seconds and the engine answers."""
+    import docker
+
+    from nestednet.lab import engine
+
+    state = LABS / lab / "n1" / "state"
+    parent = docker.from_env().containers.get(f"{lab}-n1")
+    for offset in (0.0, 0.05, 0.2, 0.4, 0.8, 1.5):
+        with engine.using(state, parent):
+            pass
+        parent.kill(signal="SIGUSR2")
+        time.sleep(offset)
+        parent.kill(signal="SIGUSR1")
+        deadline = time.monotonic() + 45  # park's shell holds it until both daemons stop
+        while _holding_engine_lock(lab, "n1") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _holding_engine_lock(lab, "n1") == [], offset
+        began = time.monotonic()
+        with engine.using(state, parent) as client:
+            assert client.ping(), offset
+        assert time.monotonic() - began < 60, offset
+        assert engine.state(state) == "up", offset
+        names = _parent_processes(lab, "n1")
+        assert names.count("dockerd") == 1 and names.count("containerd") == 1, (offset, names)
+
+
 @pytest.mark.system
 def test_an_engine_unused_for_its_idle_interval_parks_itself():
     """NESTEDNET_ENGINE_IDLE=2 at create: an engine woken by `exec` parks 2-4 s later by
