@@ -45,13 +45,23 @@ STATE_FILE = "engine"
 SOCKET_FILE = "docker.sock"
 
 
+KSM_VARIABLE = "NESTEDNET_KSM"
+"""1: the nodes' internal OVS daemons offer their memory to the host's KSM (about 9 MB a
+node less, images/dind/entrypoint); off by default, since babel's routes churned about
+3x more with it on the 66 + 4 LEO showcase (docs/benchmarks.md)."""
+
+
 def parent_environment() -> dict[str, str]:
     """What a lab's node parents are started with (the entrypoint never parks by itself
     without it: probes and image templates keep their engine)."""
     given = os.environ.get(IDLE_VARIABLE, str(IDLE_S))
     if not given.isdigit():
         raise UsageError(f"${IDLE_VARIABLE}={given!r} is not a whole number of seconds")
-    return {IDLE_VARIABLE: given}
+    ksm = os.environ.get(KSM_VARIABLE, "0")
+    if ksm not in ("0", "1"):
+        raise UsageError(f"${KSM_VARIABLE}={ksm!r}: give 1 (offer the nodes' OVS memory to "
+                         "KSM) or 0 (the default)")
+    return {IDLE_VARIABLE: given, KSM_VARIABLE: ksm}
 
 
 def state(state_dir: Path) -> str:
