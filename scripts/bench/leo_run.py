@@ -149,8 +149,10 @@ def main() -> None:
         for dst in dsts:
             pings[dst] = subprocess.Popen(
                 [CLI, "exec", "--lab", args.lab, f"n{number[args.src]}", "gnab", "--",
-                 "ping", "-D", "-n", "-i", str(INTERVAL), "-W", "1", "-w",
-                 str(int(until) + 5), f"10.100.0.{number[dst]}"],
+                 # A count, not -w: with a deadline iputils' ping exits at the first
+                 # ICMP error (an unreachable during a handover ended a record early).
+                 "ping", "-D", "-n", "-i", str(INTERVAL), "-W", "1", "-c",
+                 str(int((until + 5) / INTERVAL)), f"10.100.0.{number[dst]}"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stdout, stderr = run.communicate(timeout=until * 3 + 600)
         out["run_exit"] = run.returncode
