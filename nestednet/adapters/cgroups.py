@@ -5,6 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def memory_cgroup(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup"
+                  ) -> tuple[Path, bool] | None:
+    """The directory of host process ``pid``'s memory cgroup and whether it is cgroup v1
+    (whose files are named differently); None when ``pid`` is gone or has none."""
+    try:
+        lines = Path(f"{proc}/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
+    if v1:
+        return Path(cgroup, "memory") / v1[0].lstrip("/"), True
+    v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+    if not v2:
+        return None
+    return Path(cgroup) / v2[0].lstrip("/"), False
+
+
 def cgroup_memory(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup"
                   ) -> dict[str, int] | None:
     """Memory of the cgroup of host process ``pid`` and everything below it, in bytes.
@@ -14,20 +31,12 @@ def cgroup_memory(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup"
     covers its inner engine, OVS and all its components. ``proc`` and ``cgroup`` are
     where the host's are seen (the per-host helper has them bind-mounted elsewhere).
     """
-    try:
-        lines = Path(f"{proc}/{pid}/cgroup").read_text().splitlines()
-    except OSError:
+    found = memory_cgroup(pid, proc, cgroup)
+    if found is None:
         return None
-    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
-    if v1:
-        base = Path(cgroup, "memory") / v1[0].lstrip("/")
-        usage_file, prefix = base / "memory.usage_in_bytes", "total_"
-    else:
-        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
-        if not v2:
-            return None
-        base = Path(cgroup) / v2[0].lstrip("/")
-        usage_file, prefix = base / "memory.current", ""
+    base, v1 = found
+    usage_file, prefix = ((base / "memory.usage_in_bytes", "total_") if v1
+                          else (base / "memory.current", ""))
     try:
         usage = int(usage_file.read_text())
         stat = dict(line.split() for line in (base / "memory.stat").read_text().splitlines())
@@ -48,18 +57,11 @@ def oom_counter(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -
     to see them (a nested node's engine is parked most of the time). None when ``pid``
     is gone or its cgroup has no such file.
     """
-    try:
-        lines = Path(f"{proc}/{pid}/cgroup").read_text().splitlines()
-    except OSError:
+    found = memory_cgroup(pid, proc, cgroup)
+    if found is None:
         return None
-    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
-    if v1:
-        path = Path(cgroup, "memory") / v1[0].lstrip("/") / "memory.oom_control"
-    else:
-        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
-        if not v2:
-            return None
-        path = Path(cgroup) / v2[0].lstrip("/") / "memory.events"
+    base, v1 = found
+    path = base / ("memory.oom_control" if v1 else "memory.events")
     return path if path.exists() else None
 
 
