@@ -6,6 +6,7 @@ that need their own lab (delete, rollback, crash cleanup) use `t3`..`t5`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -220,19 +221,28 @@ def _inner(lab_name: str, node: str, *args: str) -> str:
                               capture_output=True, text=True, check=True).stdout
 
 
-def _parent_processes(lab_name: str, node: str) -> list[str]:
-    """Command names of the processes in a node parent's pid namespace."""
+def _parent_procs(lab_name: str, node: str) -> list[Path]:
+    """/proc entries of the processes in a node parent's pid namespace."""
     import docker
 
     pid = docker.from_env().containers.get(f"{lab_name}-{node}").attrs["State"]["Pid"]
     ns = os.readlink(f"/proc/{pid}/ns/pid")
-    names = []
+    found = []
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and os.readlink(entry / "ns" / "pid") == ns:
-                names.append((entry / "comm").read_text().strip())
+                found.append(entry)
         except OSError:
             continue
+    return found
+
+
+def _parent_processes(lab_name: str, node: str) -> list[str]:
+    """Command names of the processes in a node parent's pid namespace."""
+    names = []
+    for entry in _parent_procs(lab_name, node):
+        with contextlib.suppress(OSError):
+            names.append((entry / "comm").read_text().strip())
     return names
 
 
@@ -298,15 +308,9 @@ def test_an_engine_in_use_is_not_parked_under_its_user(lab):
 
 def _holding_engine_lock(lab_name: str, node: str) -> list[str]:
     """Processes in a node parent's pid namespace with its engine.lock open."""
-    import docker
-
-    pid = docker.from_env().containers.get(f"{lab_name}-{node}").attrs["State"]["Pid"]
-    ns = os.readlink(f"/proc/{pid}/ns/pid")
     holders = []
-    for entry in Path("/proc").iterdir():
+    for entry in _parent_procs(lab_name, node):
         try:
-            if not entry.name.isdigit() or os.readlink(entry / "ns" / "pid") != ns:
-                continue
             fds = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
         except OSError:
             continue
