@@ -23,16 +23,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from engine_beside import engine_or_skip
 from recording import record
 
 from linkemu import measure
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
-from nestednet.capabilities.nodes import cgroup_version, ovs_datapath
-from nestednet.capabilities.shaping import available_qdiscs
+from nestednet.capabilities.nodes import cgroup_version
 from nestednet.capabilities.vm import in_full_kernel_vm
 from nestednet.cli import main as nestednet_main
-from nestednet.errors import EnvironmentProblem
 from nestednet.lab.components import exec_in
 from nestednet.lab.links import LabLinks
 from nestednet.lab.nodes import Lab
@@ -44,15 +43,6 @@ CLI = str(Path(sys.executable).parent / "nestednet")
 LABS = {"nested": "kvn", "flat": "kvf"}
 N2_IPHY1 = "192.168.2.3"
 RATE_MBIT, DELAY_MS = 10, 10
-
-
-def _engine_or_skip() -> None:
-    try:
-        docker_engine.connect(timeout=5).close()
-    except EnvironmentProblem:
-        pytest.skip("needs a Docker engine beside the kernel features: `scripts/test kernel-full`")
-    if ovs_datapath() != "system" or not available_qdiscs()["netem"]:
-        pytest.skip("needs the openvswitch module and sch_netem (the full-kernel VM has them)")
 
 
 def nn(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -103,7 +93,7 @@ def lab_traces(lab: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=["nested", "flat"])
 def lab(request: pytest.FixtureRequest):
-    _engine_or_skip()
+    engine_or_skip()
     design, name = request.param, LABS[request.param]
     if (LABS_DIR / name).exists():
         nn("delete", "--lab", name)

@@ -32,16 +32,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from engine_beside import engine_or_skip
 from recording import record
 
 from linkemu import measure
-from nestednet.adapters import docker_engine
 from nestednet.api.run import Run, RunRequest
-from nestednet.capabilities.nodes import ovs_datapath
-from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.capabilities.vm import in_full_kernel_vm
 from nestednet.cli import main as nestednet_main
-from nestednet.errors import EnvironmentProblem
 from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import path_delay
@@ -59,15 +56,6 @@ MODEL = {"model": "laser", "params": {"rate": "1Gbit", "range_m": 2e7}}
 PING = {"action": "ping", "from": 0, "src": "GSBerlin", "dst": "GSMoscow", "interval": 0.5}
 MIN_PROBES = 5
 """A step is judged on the median of at least this many compared probes in each run."""
-
-
-def _engine_or_skip() -> None:
-    try:
-        docker_engine.connect(timeout=5).close()
-    except EnvironmentProblem:
-        pytest.skip("needs a Docker engine beside the kernel features: `scripts/test kernel-full`")
-    if ovs_datapath() != "system" or not available_qdiscs()["netem"]:
-        pytest.skip("needs the openvswitch module and sch_netem (the full-kernel VM has them)")
 
 
 def _scenario(tmp_path: Path) -> Path:
@@ -110,7 +98,7 @@ def _by_step(events: Path) -> dict[int, dict[tuple, list]]:
 
 def test_gs_to_gs_rtt_follows_the_propagation_delay_of_babels_route(
         tmp_path: Path, delay_judge: Callable[[str], measure.DelayJudge]):
-    _engine_or_skip()
+    engine_or_skip()
     if (LABS_DIR / LAB).exists():
         delete_lab(LabRecord(LAB))
     scenario = _scenario(tmp_path)
