@@ -19,12 +19,14 @@ def main(lab_name: str = "exline") -> int:
         lab.link(n1.iphy(1), n2.iphy(1))
         lab.link(n2.iphy(2), n3.iphy(1))
 
-        # babel needs a few hellos (0.5 s apart) to learn the two-hop route.
+        # babel needs a few hellos (0.5 s apart) to learn the two-hop route both ways.
+        # ping exits 0 once any probe is answered, so wait for one answer, then measure.
         deadline = time.monotonic() + 60
-        while not (ping := n1.exec(f"ping -c 3 -i 0.3 {n3.address}")).ok:
+        while not n1.exec(f"ping -c 1 -W 1 {n3.address}").ok:
             if time.monotonic() > deadline:
                 break
             time.sleep(1)
+        ping = n1.exec(f"ping -c 3 -i 0.3 {n3.address}")
         print(f"n1 -> n3 ({n3.address}) across n2:")
         print(ping.stdout)
         print("n1's routes:", n1.exec("ip route").stdout, sep="\n")

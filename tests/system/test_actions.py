@@ -213,8 +213,18 @@ def test_ping_records_each_probe(played):
     summary, events = played[0], played[1]
     probes = pings(events, 0, 41)
     assert len(probes) > 50
-    answered = [e.extra["rtt_ms"] for e in probes if e.extra["rtt_ms"] is not None]
-    assert answered and all(0 < r < 100 for r in answered)
+    answered = [(e.scenario_time, e.extra["rtt_ms"]) for e in probes
+                if e.extra["rtt_ms"] is not None]
+    print(f"ping: {len(probes)} probes, {len(answered)} answered, over 100 ms: "
+          f"{[(round(t, 1), r) for t, r in answered if r >= 100]}")
+    # ping runs with -O: a reply that comes after the next probe was sent (0.5 s) is
+    # recorded as lost, so no recorded RTT reaches a second.
+    assert answered and all(0 < r < 1000 for _, r in answered)
+    # No delay is configured. Only the iperf (2-8 s; n1-n2 at 5 Mbit/s for 4-6 s) queues
+    # packets, and a probe routed through n2 waits behind it in the leaf's pfifo: there
+    # an RTT of hundreds of ms is the emulated link's truth, so judge the quiet probes.
+    quiet = sorted(r for t, r in answered if not 2 <= t <= 9)
+    assert quiet and quiet[len(quiet) // 2] < 20, quiet
     assert summary["actions"]["ping"]["0"]["probes"] == len(probes)
 
 
