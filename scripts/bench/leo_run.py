@@ -157,11 +157,16 @@ def main() -> None:
         stdout, stderr = run.communicate(timeout=until * 3 + 600)
         out["run_exit"] = run.returncode
         summary = json.loads(stdout) if run.returncode == 0 else {"stderr": stderr[-2000:]}
-        texts = {dst: p.communicate(timeout=120)[0] for dst, p in pings.items()}
-        for dst, text in texts.items():
+        said = {dst: p.communicate(timeout=120) for dst, p in pings.items()}
+        texts = {dst: text for dst, (text, _err) in said.items()}
+        for dst, (text, err) in said.items():
             raw = Path(f"/tmp/nestednet-{args.lab}-ping-{dst}.txt")
             raw.write_text(text)
             out[f"ping_{args.src}_to_{dst}_raw"] = str(raw)
+            # an exec that never ran ping (its GNAB gone, the engine not answering) says why
+            out[f"ping_{args.src}_to_{dst}_exit"] = pings[dst].returncode
+            if err.strip():
+                out[f"ping_{args.src}_to_{dst}_stderr"] = err[-1000:]
         records = [json.loads(line) for line in events.read_text().splitlines()]
         steps = [r for r in records if r["event"] == "step"]
         walls = [r["wall_time"] for r in steps]

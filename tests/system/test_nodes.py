@@ -352,6 +352,42 @@ def test_a_wake_during_a_park_leaves_the_engine_lock_free(lab):
 
 
 @pytest.mark.system
+def test_a_wake_keeps_the_children_of_a_slow_shim(lab):
+    """A wake starts containerd again, which asks each child's shim for its pid; with
+    containerd's default 5 s load timeout a shim slower than that (an overloaded
+    machine) was taken for dead and its children killed: a run's GNAB had pid 0 after a
+    wake. The node's shim is stopped for 15 s across a wake; its children live on."""
+    import docker
+
+    from nestednet.lab import engine
+
+    state = LABS / lab / "n1" / "state"
+    parent = docker.from_env().containers.get(f"{lab}-n1")
+    with engine.using(state, parent) as client:
+        before = {c.name: (c.attrs["State"]["StartedAt"], c.attrs["State"]["Pid"])
+                  for c in client.containers.list()}
+    assert {"gnab", "iphy1", "iphy2"} <= before.keys()
+    engine.park([parent])
+    assert _wait_engine(lab, "n1", "parked", 45)
+    shims = [int(e.name) for e in _parent_procs(lab, "n1")
+             if (e / "comm").read_text().strip() == "containerd-shim"]
+    assert shims
+    try:
+        for pid in shims:
+            os.kill(pid, signal.SIGSTOP)
+        parent.kill(signal="SIGUSR1")
+        time.sleep(15)
+    finally:
+        for pid in shims:
+            os.kill(pid, signal.SIGCONT)
+    with engine.using(state, parent) as client:
+        after = {c.name: (c.attrs["State"]["StartedAt"], c.attrs["State"]["Pid"])
+                 for c in client.containers.list()}
+    assert after == before
+    assert pings("n1", "gnab", "192.168.0.11")
+
+
+@pytest.mark.system
 def test_an_engine_unused_for_its_idle_interval_parks_itself():
     """NESTEDNET_ENGINE_IDLE=2 at create: an engine woken by `exec` parks 2-4 s later by
     itself; `create` parked it once the node was built."""
