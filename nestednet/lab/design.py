@@ -228,7 +228,14 @@ class NodeDesign(abc.ABC):
         whose nodes live elsewhere say how to reach it."""
         with lab.inner(number) as inner:
             child = lab.child(inner, topo.component_name(0))
-            inner_pid = int(child.attrs["State"]["Pid"])
+            state = child.attrs["State"]
+            inner_pid = int(state.get("Pid") or 0)
+        if not inner_pid:
+            raise EnvironmentProblem(
+                f"node n{number}'s GNAB is not running ({state.get('Status')}, exit code "
+                f"{state.get('ExitCode')}, finished {state.get('FinishedAt')})",
+                hint=f"its engine's logs: {lab.state_dir(number)}/log/; `nestednet "
+                     f"status --lab {lab.record.lab}` shows every component")
         parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
         return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
 
