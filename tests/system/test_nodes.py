@@ -237,13 +237,19 @@ def _parent_procs(lab_name: str, node: str) -> list[Path]:
     return found
 
 
-def _parent_processes(lab_name: str, node: str) -> list[str]:
-    """Command names of the processes in a node parent's pid namespace."""
-    names = []
+def _parent_commands(lab_name: str, node: str) -> list[tuple[int, str]]:
+    """(pid, command name) of the processes in a node parent's pid namespace; one that
+    ends meanwhile is left out."""
+    found = []
     for entry in _parent_procs(lab_name, node):
         with contextlib.suppress(OSError):
-            names.append((entry / "comm").read_text().strip())
-    return names
+            found.append((int(entry.name), (entry / "comm").read_text().strip()))
+    return found
+
+
+def _parent_processes(lab_name: str, node: str) -> list[str]:
+    """Command names of the processes in a node parent's pid namespace."""
+    return [name for _pid, name in _parent_commands(lab_name, node)]
 
 
 def _wait_engine(lab_name: str, node: str, wanted: str, within_s: float) -> bool:
@@ -369,8 +375,7 @@ def test_a_wake_keeps_the_children_of_a_slow_shim(lab):
     assert {"gnab", "iphy1", "iphy2"} <= before.keys()
     engine.park([parent])
     assert _wait_engine(lab, "n1", "parked", 45)
-    shims = [int(e.name) for e in _parent_procs(lab, "n1")
-             if (e / "comm").read_text().strip() == "containerd-shim"]
+    shims = [pid for pid, name in _parent_commands(lab, "n1") if name == "containerd-shim"]
     assert shims
     try:
         for pid in shims:
