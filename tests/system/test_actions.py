@@ -1,12 +1,15 @@
-"""Scenario actions on a real lab (issue 28): one 4 x 2 babel lab (`act4`), one 40 s run
+"""Scenario actions on a real lab (issue 28): one 4 x 2 babel lab (`act4`), one 45 s run
 whose actions use every kind, then one test per kind reading that run's events.
 
 Ring n1-n2-n3-n4-n1, every link 20 Mbit/s (fixed model, HTB only). Timeline:
- 0-40  ping n1 -> n3 every 0.5 s          1-5   exec in n4's GNAB (a clock)
+ 0-45  ping n1 -> n3 every 0.5 s          1-5   exec in n4's GNAB (a clock)
  2-8   iperf tcp n1 -> n2                 4-6   degrade n1-n2 x4 (5 Mbit/s)
 10-13  link-down/link-up n1-n2           14-18  flap n3-n4, period 2 s
 20-25  partition {n1,n2} | {n3,n4}       27-30  crash n3 (frozen, links cut)
-31-33  crash/restart n2 iphy1            34-36  churn 25 % (one node, seed 1)
+36-38  crash/restart n2 iphy1            39-41  churn 25 % (one node, seed 1)
+
+Nothing else happens in 30-36, so n1 -> n3 finding its way back after n3's restart is
+judged alone (babel reconverges in a few seconds; see `nestednet.routing.babel`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ LAB = "act4"
 CLI = str(Path(sys.executable).parent / "nestednet")
 
 SCENARIO = {
-    "format": "nestednet-scenario/1", "name": "actions-4x2", "duration": 40, "iphys": 2,
+    "format": "nestednet-scenario/1", "name": "actions-4x2", "duration": 45, "iphys": 2,
     "link_model": {"model": "fixed", "params": {"rate": "20Mbit"}},
     "nodes": [{"name": f"n{i}"} for i in range(1, 5)],
     "steps": [{"time": 0, "visible": [["n1", "n2"], ["n2", "n3"], ["n3", "n4"],
@@ -47,9 +50,9 @@ SCENARIO = {
         {"action": "partition", "from": 20, "until": 25, "groups": [["n1", "n2"],
                                                                      ["n3", "n4"]]},
         {"action": "crash", "from": 27, "until": 30, "node": "n3"},
-        {"action": "crash", "time": 31, "node": "n2", "component": "iphy1"},
-        {"action": "restart", "time": 33, "node": "n2", "component": "iphy1"},
-        {"action": "churn", "from": 34, "until": 36, "percent": 25, "seed": 1},
+        {"action": "crash", "time": 36, "node": "n2", "component": "iphy1"},
+        {"action": "restart", "time": 38, "node": "n2", "component": "iphy1"},
+        {"action": "churn", "from": 39, "until": 41, "percent": 25, "seed": 1},
         {"action": "capture", "from": 2, "until": 8, "node": "n1", "component": "iphy1"},
         {"action": "capture", "from": 2, "until": 8, "node": "n1", "component": "iphy2",
          "file": "n1-iphy2.pcapng"},
@@ -84,7 +87,7 @@ def played(tmp_path_factory):
                     "-w", str(directory / "beside.pcapng"), "--json")
         started = clock.read()
         assert started is not None
-        time.sleep(max(0.0, started["t0_wall"] + 37.5 - time.time()))
+        time.sleep(max(0.0, started["t0_wall"] + 42.5 - time.time()))
         broken = break_a_shaped_port()
         out, err = running.communicate(timeout=300)
         assert running.returncode == 0, err[-3000:]
@@ -181,7 +184,11 @@ def test_crash_freezes_the_node_and_cuts_its_links_until_restart(played):
     assert links_down(events, "n3", "n4", 27, 27.5) and links_down(events, "n2", "n3", 27, 27.5)
     during = pings(events, 28, 30)
     assert during and all(e.extra["rtt_ms"] is None for e in during)
-    assert any(e.extra["rtt_ms"] is not None for e in pings(events, 30, 34))
+    # Babel needs a few seconds to take n3 back (3.5-5.1 s measured after a cut, see
+    # nestednet.routing.babel); nothing else changes the ring until 36.
+    back = [e.scenario_time for e in pings(events, 30, 36) if e.extra["rtt_ms"] is not None]
+    print(f"n1 -> n3 answered again {round(back[0] - 30, 2) if back else None} s after restart")
+    assert back
     assert played[4].stdout.strip() == "running"  # thawed after the run
 
 
@@ -211,7 +218,7 @@ def test_degrade_scales_the_rate_and_iperf_sees_it(played):
 
 def test_ping_records_each_probe(played):
     summary, events = played[0], played[1]
-    probes = pings(events, 0, 41)
+    probes = pings(events, 0, 46)
     assert len(probes) > 50
     answered = [(e.scenario_time, e.extra["rtt_ms"]) for e in probes
                 if e.extra["rtt_ms"] is not None]
