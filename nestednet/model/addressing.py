@@ -5,8 +5,11 @@ Documented plan (the paper's defaults):
 * intra-node net, the same in every node (nodes are isolated from each other):
   192.168.0.0/24, GNAB .1, iPHY j .(10+j);
 * inter-node net, one address per iPHY across the lab: 192.168.2.0/24, iPHY j of
-  node i gets host number (i-1)*M + j; the prefix widens (/23, /22, ...) when N*M
-  needs more addresses, as long as it stays clear of the intra-node net;
+  node i gets host number (i-1)*M + j. When N*M needs more addresses the net widens
+  to 192.168.2.0/23 (510 iPHYs); beyond that a /23 cannot grow without covering the
+  intra-node net, so the net becomes the first aligned block above it that holds them:
+  192.168.4.0/22 (1,022), 192.168.8.0/21, ... up to 192.168.128.0/17 (32,766), all in
+  192.168.0.0/16;
 * control net, between every GNAB and the communication assistant (CA):
   10.99.0.0/16, the CA .0.1, the GNAB of node i the (1+i)-th address after it;
 * node addresses, one routable identity per node (not in the paper, whose intra
@@ -27,6 +30,8 @@ from nestednet.model.topology import Shape
 
 INTRA_NET = IPv4Network("192.168.0.0/24")
 INTER_BASE = IPv4Network("192.168.2.0/24")
+INTER_SPACE = IPv4Network("192.168.0.0/16")
+"""Where the inter-node net may grow (RFC 1918's 192.168 block)."""
 CONTROL_NET = IPv4Network("10.99.0.0/16")
 NODE_NET = IPv4Network("10.100.0.0/16")
 GNAB_HOST = 1
@@ -36,33 +41,44 @@ CA_PORT = 6100
 
 
 def inter_network(shape: Shape, base: IPv4Network = INTER_BASE,
-                  intra: IPv4Network = INTRA_NET) -> IPv4Network:
-    """The smallest network starting from ``base`` that holds one address per iPHY."""
+                  intra: IPv4Network = INTRA_NET,
+                  within: IPv4Network = INTER_SPACE) -> IPv4Network:
+    """The smallest aligned network in ``within``, at or above ``base``, that holds one
+    address per iPHY and stays clear of ``intra``.
+
+    Small labs keep the paper's 192.168.2.0/24; the block moves up only when a prefix
+    grown in place would cover the intra-node net, so a lab's plan never changes the
+    meaning of 192.168.0.x."""
     needed = shape.nodes * shape.iphys
-    prefix = base.prefixlen
-    while prefix >= 8:
-        net = IPv4Network(f"{base.network_address}/{prefix}", strict=False)
-        if net.num_addresses - 2 >= needed:
-            if net.overlaps(intra):
-                break
+    for prefix in range(base.prefixlen, within.prefixlen - 1, -1):
+        net = _block(prefix, base, intra, within)
+        if net is not None and net.num_addresses - 2 >= needed:
             return net
-        prefix -= 1
     raise UsageError(
         f"{shape.nodes} nodes x {shape.iphys} iPHYs = {needed} inter-node addresses do not "
-        f"fit the plan: growing {base} far enough would overlap the intra-node net {intra} "
-        f"(at most {_capacity(base, intra)} iPHYs in all)")
+        f"fit the plan: the inter-node net stays in {within}, clear of the intra-node net "
+        f"{intra} (at most {_capacity(base, intra, within)} iPHYs in all)")
 
 
-def _capacity(base: IPv4Network, intra: IPv4Network) -> int:
-    best = 0
-    prefix = base.prefixlen
-    while prefix >= 8:
-        net = IPv4Network(f"{base.network_address}/{prefix}", strict=False)
-        if net.overlaps(intra):
-            break
-        best = net.num_addresses - 2
-        prefix -= 1
-    return best
+def _block(prefix: int, base: IPv4Network, intra: IPv4Network,
+           within: IPv4Network) -> IPv4Network | None:
+    """The first /prefix block in ``within``, at or above ``base``, clear of ``intra``."""
+    size = 1 << (32 - prefix)
+    address = -(-int(base.network_address) // size) * size
+    while address + size <= int(within.broadcast_address) + 1:
+        net = IPv4Network(f"{IPv4Address(address)}/{prefix}")
+        if not net.overlaps(intra):
+            return net
+        address += size
+    return None
+
+
+def _capacity(base: IPv4Network, intra: IPv4Network, within: IPv4Network) -> int:
+    for prefix in range(within.prefixlen, base.prefixlen + 1):
+        net = _block(prefix, base, intra, within)
+        if net is not None:
+            return net.num_addresses - 2
+    return 0
 
 
 @dataclass(frozen=True)

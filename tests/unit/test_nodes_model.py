@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
 import pytest
 from hypothesis import given
@@ -119,21 +119,40 @@ def test_inter_plan_widens_when_needed():
 
 
 @pytest.mark.unit
-def test_inter_plan_refuses_overlap_with_intra():
-    with pytest.raises(UsageError, match="overlap"):
-        AddressPlan.for_shape(topo.Shape(200, 3))
+def test_inter_plan_moves_above_the_intra_net_when_a_23_is_too_small():
+    # 510 = 2**9 - 2 fit 192.168.2.0/23; 511 need 2**10 addresses, and 192.168.0.0/22
+    # would cover 192.168.0.0/24, so the next aligned /22 is 192.168.4.0 (4 * 256).
+    assert inter_network(topo.Shape(255, 2)) == IPv4Network("192.168.2.0/23")
+    assert inter_network(topo.Shape(511, 1)) == IPv4Network("192.168.4.0/22")
+    plan = AddressPlan.for_shape(topo.Shape(250, 4))
+    assert plan.inter == IPv4Network("192.168.4.0/22")
+    # iPHY 4 of node 250 is host 1,000 = 3 * 256 + 232
+    assert plan.inter_address(250, 4) == IPv4Interface("192.168.7.232/22")
+    assert address_owner(plan, IPv4Address("192.168.7.232")) == (250, 4)
+    # 999 x 8 = 7,992 addresses: a /19 (8,190); 192.168.0.0/19 covers the intra net
+    assert inter_network(topo.Shape(999, 8)) == IPv4Network("192.168.32.0/19")
 
 
 @pytest.mark.unit
-@given(st.integers(1, 200), st.integers(1, 10))
+def test_inter_plan_refuses_more_than_a_17_with_its_capacity():
+    # 192.168.128.0/17 holds 2**15 - 2 = 32,766; 999 x 33 = 32,967 do not fit
+    AddressPlan.for_shape(topo.Shape(999, 32))
+    with pytest.raises(UsageError, match=r"32967 .*at most 32766 iPHYs"):
+        AddressPlan.for_shape(topo.Shape(999, 33))
+
+
+@pytest.mark.unit
+@given(st.integers(1, 999), st.integers(1, 99))
 def test_plan_is_collision_free_or_refused(nodes, iphys):
     shape = topo.Shape(nodes, iphys)
     try:
         plan = AddressPlan.for_shape(shape)
     except UsageError:
-        assert nodes * iphys > 510
+        assert nodes * iphys > 32766
         return
     assert not plan.inter.overlaps(plan.intra) and not plan.control.overlaps(plan.inter)
+    assert plan.inter.subnet_of(IPv4Network("192.168.0.0/16"))
+    assert plan.inter.num_addresses - 2 >= nodes * iphys
     seen = set()
     for i in (1, nodes):
         for j in (1, iphys):
