@@ -77,6 +77,7 @@ class PipelinedInstaller(FlowInstaller, Protocol):
     ``fileno`` is readable and calls each finished batch's ``done`` (None, or the
     error), in submission order; ``wait`` blocks until all are done."""
 
+    def open(self) -> None: ...
     def submit(self, links: list[LinkEnds], done: Callable[[Exception | None], None]
                ) -> None: ...
     def fileno(self) -> int: ...
@@ -531,15 +532,25 @@ class CommunicationAssistant:
             self._in_flight.append(batch)
             self._installed(batch, exc)
             return
-        if self._pipelined and not self._watching:
-            self.server.watch(self._flows, self._read_flows)
-            self._watching = True
+        self.watch_flows()
         batch.started = time.monotonic()
         self._in_flight.append(batch)
         try:
             self._flows.submit(ends, lambda error: self._installed(batch, error))
         except Exception as exc:  # e.g. the session with the bridge is gone
             self._installed(batch, exc)
+
+    def watch_flows(self) -> None:
+        """Read the bridge session whenever it has something, from now on (server thread).
+
+        Not only for batches' answers: ovs-vswitchd sends an idle session echo requests
+        and drops it when they go unanswered (a 250-node run waited 146 s for its hellos
+        and every flow batch of its first step then failed with a broken pipe). Call it
+        once the session is open, so a run may idle for as long as it likes."""
+        if self._pipelined and not self._watching:
+            self._flows.open()
+            self.server.watch(self._flows, self._read_flows)
+            self._watching = True
 
     def _read_flows(self) -> None:
         """The bridge answered; if the session broke, every batch on its way failed."""

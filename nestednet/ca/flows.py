@@ -35,16 +35,19 @@ class MainBridgeInstaller:
     kept for the life of the installer: the CA changes flows many times per step.
     """
 
-    def __init__(self, bridge: str, port_of: PortOf, cookie_of: CookieOf) -> None:
+    def __init__(self, bridge: str, port_of: PortOf, cookie_of: CookieOf,
+                 rundir: str = "/var/run/openvswitch") -> None:
         self.bridge = bridge
+        self.rundir = rundir
         self.port_of = port_of
         self.cookie_of = cookie_of
         self._channel: openflow.Channel | None = None
 
     @property
     def channel(self) -> openflow.Channel:
+        """The session, opened on first use and again after the last one broke."""
         if self._channel is None:
-            self._channel = openflow.Channel(self.bridge)
+            self._channel = openflow.Channel(self.bridge, rundir=self.rundir)
         return self._channel
 
     def _cookie_and_ports(self, link: LinkEnds) -> tuple[int, int, int]:
@@ -72,11 +75,20 @@ class MainBridgeInstaller:
         self.channel.submit(finished, add=[self._cookie_and_ports(link) for link in links])
 
     def fileno(self) -> int:
-        return self.channel.fileno()
+        """The open session's; ValueError when there is none (a selector then finds
+        this installer by identity to unregister it), so watching never opens one."""
+        if self._channel is None:
+            raise ValueError(f"no OpenFlow session with bridge {self.bridge}")
+        return self._channel.fileno()
 
     def read(self) -> None:
-        """The bridge has answered: complete the batches it has applied."""
-        self.channel.read()
+        """The bridge has answered: complete the batches it has applied. A session the
+        bridge closed raises here, and the next batch opens a new one."""
+        try:
+            self.channel.read()
+        except Exception:
+            self.close()
+            raise
 
     def wait(self) -> None:
         """Until every submitted batch is complete."""

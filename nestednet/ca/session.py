@@ -273,12 +273,16 @@ class CaSession:
         try:
             # On the server thread, which uses it: a thread that imports os-ken (as the
             # first open does) can no longer be joined, and run() joins its worker.
-            self.server.call(self.installer.open, 60)
+            self.server.call(self._open_flows, 60)
         except BaseException:
             self.server.stop()
             raise
         self.player = Player(scenario, self.server, self.ca)
         self._closed = False
+
+    def _open_flows(self) -> None:
+        self.installer.open()
+        self.ca.watch_flows()
 
     def _adopt(self, found: list[tuple[topo.Endpoint, topo.Endpoint]]) -> list[TableLink]:
         """The lab's links (flows) as the table's, for a run taking over a dead one."""

@@ -6,7 +6,8 @@ import socket
 import struct
 import threading
 
-HELLO, ERROR, FLOW_MOD, BARRIER_REQUEST, BARRIER_REPLY = 0, 1, 14, 20, 21
+HELLO, ERROR, ECHO_REQUEST, ECHO_REPLY = 0, 1, 2, 3
+FLOW_MOD, BARRIER_REQUEST, BARRIER_REPLY = 14, 20, 21
 
 
 def header(kind: int, xid: int, body: bytes = b"") -> bytes:
@@ -15,7 +16,9 @@ def header(kind: int, xid: int, body: bytes = b"") -> bytes:
 
 class FakeSwitch:
     """Answers HELLO, then every barrier; refuses the flow-mods whose xid is in ``refuse``.
-    ``reads``: (type, xid) of the whole messages each recv completed."""
+    ``reads``: (type, xid) of the whole messages each recv completed. ``echo`` asks the
+    session for an echo, as ovs-vswitchd does when it has been idle; ``hang_up`` closes
+    it, and the switch takes the next session."""
 
     def __init__(self, rundir, bridge: str = "br0", refuse: set[int] = frozenset()) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -23,14 +26,31 @@ class FakeSwitch:
         self.listener.listen(1)
         self.refuse = refuse
         self.reads: list[list[tuple[int, int]]] = []
+        self.conn: socket.socket | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
+    def echo(self, xid: int) -> None:
+        assert self.conn is not None
+        self.conn.sendall(header(ECHO_REQUEST, xid, b"ping"))
+
+    def hang_up(self) -> None:
+        assert self.conn is not None
+        self.conn.shutdown(socket.SHUT_RDWR)
+
     def _serve(self) -> None:
-        conn, _ = self.listener.accept()
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.conn = conn
+            self._session(conn)
+
+    def _session(self, conn: socket.socket) -> None:
         buffer = b""
         with conn:
-            while data := conn.recv(65536):
+            while data := _recv(conn):
                 buffer += data
                 batch = []
                 while len(buffer) >= 8:
@@ -46,3 +66,10 @@ class FakeSwitch:
                     elif kind == BARRIER_REQUEST:
                         conn.sendall(header(BARRIER_REPLY, xid))
                 self.reads.append(batch)
+
+
+def _recv(conn: socket.socket) -> bytes:
+    try:
+        return conn.recv(65536)
+    except OSError:
+        return b""

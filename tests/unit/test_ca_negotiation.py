@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from fake_switch import FakeSwitch
+from fake_switch import ECHO_REPLY, FLOW_MOD, FakeSwitch
 
 from nestednet.adapters import openflow
 from nestednet.agent import protocol as p
@@ -64,7 +64,7 @@ class SwitchInstaller(MainBridgeInstaller):
         ports = {f"{n}/iphy{j}": k for k, (n, j) in enumerate(
             ((n, j) for n in NODES for j in range(1, IPHYS + 1)), 1)}
         super().__init__("br0", lambda node, iphy: ports[f"{node}/{iphy}"],
-                         lambda a, b: (a << 16) | b)
+                         lambda a, b: (a << 16) | b, rundir=str(rundir))
         self.switch = FakeSwitch(rundir)
         self._channel = openflow.Channel("br0", rundir=str(rundir), timeout=5)
         self.installed: set[LinkEnds] = set()
@@ -425,6 +425,9 @@ class HeldInstaller(RecordingInstaller):
     def submit(self, links, done) -> None:
         self.on_the_way.append((links, done))
 
+    def open(self) -> None:
+        pass
+
     def fileno(self) -> int:
         return -1
 
@@ -497,6 +500,55 @@ def test_a_broken_session_with_the_bridge_fails_the_batches_on_their_way():
     installer.submit = lambda links, done: broken()
     ca.on_messages([_req(3, "c", "b", 2, req_id=4)])  # refused at once, nothing stuck
     assert not ca.installing() and wire.sent[3][-1]["reason"] == "flow_install_failed"
+
+
+def _idle_ca(tmp_path):
+    installer = SwitchInstaller(tmp_path)
+    server = ControlServer(listen("127.0.0.1", 0))
+    ca = CommunicationAssistant(server, InterNodeLinks({n: range(1, IPHYS + 1) for n in NODES}),
+                                installer, node_ids={n: i for i, n in enumerate(NODES, 1)},
+                                control_ips=dict.fromkeys(NODES, "10.0.0.9"),
+                                events=EventLog(None))
+    server.start(ca)
+    server.call(ca.watch_flows, 5)
+    return server, ca, installer
+
+
+def _seen(switch: FakeSwitch, kind: int) -> list[int]:
+    return [xid for batch in list(switch.reads) for k, xid in batch if k == kind]
+
+
+def test_an_idle_session_with_the_bridge_answers_its_echo_requests(tmp_path):
+    """ovs-vswitchd drops a session that leaves its echo requests unanswered: a 250-node
+    run that waited 146 s for its hellos lost every flow batch of its first step."""
+    server, _, installer = _idle_ca(tmp_path)
+    try:
+        for xid in (71, 72):
+            installer.switch.echo(xid)
+            _wait(lambda xid=xid: xid in _seen(installer.switch, ECHO_REPLY), f"echo {xid}")
+    finally:
+        server.stop()
+
+
+def test_a_batch_after_the_bridge_closed_the_session_goes_over_a_new_one(tmp_path):
+    server, ca, installer = _idle_ca(tmp_path)
+    try:
+        old = installer.switch.conn
+        installer.switch.hang_up()
+        _wait(lambda: installer._channel is None, "the CA to read the closed session")
+        outcome: list = []
+        link = LinkEnds("n1", "iphy1", "n2", "iphy1")
+
+        def establish() -> None:  # as CommunicationAssistant._establish does
+            ca.watch_flows()
+            installer.submit([link], outcome.append)
+
+        server.call(establish, 5)
+        _wait(lambda: outcome, "the batch's outcome")
+        assert outcome == [None] and installer.installed == {link}
+        assert installer.switch.conn is not old and _seen(installer.switch, FLOW_MOD)
+    finally:
+        server.stop()
 
 
 def test_batches_are_answered_in_the_order_they_were_decided():
