@@ -18,15 +18,17 @@ import argparse
 import collections
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from nestednet.adapters import netlink
 from nestednet.bench.common import cpu_busy_percent
 from nestednet.bench.memory import whole_node_mb
+from nestednet.errors import EnvironmentProblem
+from nestednet.lab import designs
 from nestednet.lab.nodes import Lab
 
 CLI = str(Path(sys.executable).parent / "nestednet")
@@ -37,14 +39,21 @@ def nn(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CLI, *args], capture_output=True, text=True, check=False)
 
 
-def agents_view(lab: Lab) -> dict:
-    """How many agents call some (or all) of their iPHYs down."""
-    some, none_up, down = [], 0, 0
+def agents_view(lab: Lab, keep: Path | None) -> dict:
+    """How many agents call some (or all) of their iPHYs down, and which GNABs are not
+    running at all (each with its state; ``keep`` receives a copy of that node's inner
+    engine logs, since the lab is deleted at the end)."""
+    some, none_up, down, dead = [], 0, 0, []
+    design = designs.of(lab.meta)
     for number in lab.shape.node_numbers():
-        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
-        with lab.inner(number) as inner:
-            gnab_pid = int(inner.containers.get("gnab").attrs["State"]["Pid"])
-        pid = netlink.host_pids(parent_pid, [gnab_pid])[gnab_pid]
+        try:
+            pid = design.gnab_pid(lab, number)
+        except EnvironmentProblem as exc:
+            dead.append(f"n{number}: {exc}")
+            if keep is not None:
+                shutil.copytree(lab.state_dir(number) / "log", keep / f"n{number}-log",
+                                dirs_exist_ok=True)
+            continue
         try:
             state = json.loads(Path(f"/proc/{pid}/root/run/nestednet/agent.json").read_text())
         except OSError:
@@ -55,7 +64,8 @@ def agents_view(lab: Lab) -> dict:
             down += len(gone)
         none_up += not any(state["iphys"].values())
     return {"agents_with_iphys_down": len(some), "iphys_down": down,
-            "agents_with_none_up": none_up, "examples": some[:8]}
+            "agents_with_none_up": none_up, "examples": some[:8],
+            "gnabs_not_running": dead}
 
 
 def main() -> None:
@@ -64,6 +74,9 @@ def main() -> None:
     parser.add_argument("--iphys", type=int, default=4)
     parser.add_argument("--lab", default="big")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep-logs", type=Path, default=None,
+                        help="copy the inner engine logs of any node whose GNAB is not "
+                             "running into this directory")
     args = parser.parse_args()
     out: dict = {"nodes": args.nodes, "iphys": args.iphys,
                  "load_before": Path("/proc/loadavg").read_text().split()[:3]}
@@ -88,7 +101,7 @@ def main() -> None:
         out["memory_mb_per_node"] = {"median": statistics.median(memory),
                                      "min": min(memory), "max": max(memory)}
         out["idle_busy_percent"] = [cpu_busy_percent(30) for _ in range(3)]
-        out["agents_idle"] = agents_view(lab)
+        out["agents_idle"] = agents_view(lab, args.keep_logs)
         before = set(RUNS.glob(f"{args.lab}-*")) if RUNS.exists() else set()
         done = nn("run", scenario, "--lab", args.lab, "--json")
         out["run_exit"] = done.returncode
@@ -100,12 +113,12 @@ def main() -> None:
             kinds = collections.Counter(json.loads(line).get("event")
                                         for line in (new[-1] / "events.jsonl").open())
             out["events"] = dict(kinds)
-        out["agents_after_run"] = agents_view(lab)
+        out["agents_after_run"] = agents_view(lab, args.keep_logs)
     finally:
         start = time.monotonic()
         nn("delete", "--lab", args.lab)
         out["delete_s"] = round(time.monotonic() - start, 1)
-    print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1), flush=True)
 
 
 if __name__ == "__main__":
