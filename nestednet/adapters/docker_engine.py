@@ -6,7 +6,10 @@ down engine reads the same everywhere.
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -108,3 +111,36 @@ def start_container(client: docker.DockerClient, image: str, *, name: str,
         client.api.remove_container(created["Id"], v=True, force=True)
         raise
     return client.containers.get(created["Id"])
+
+
+@dataclass(frozen=True)
+class StoredContainer:
+    """A container as its engine last wrote it down."""
+
+    id: str
+    name: str
+    running: bool
+    pid: int
+
+
+def stored_containers(data_root: Path) -> dict[str, StoredContainer]:
+    """Name -> container, read from an engine's data root (containers/<id>/config.v2.json,
+    which the engine rewrites at every change of a container's state), without asking
+    the engine. A parked node's engine is not running: waking 250 of them one after the
+    other, only to read their children's ids and pids, took `run` 141 s. Unreadable
+    entries are left out; callers ask the engine for what is missing."""
+    found: dict[str, StoredContainer] = {}
+    try:
+        entries = list((data_root / "containers").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            config = json.loads((entry / "config.v2.json").read_text())
+            state = config["State"]
+            stored = StoredContainer(config["ID"], config["Name"].lstrip("/"),
+                                     bool(state["Running"]), int(state.get("Pid") or 0))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        found[stored.name] = stored
+    return found

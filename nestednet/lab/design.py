@@ -28,7 +28,7 @@ import docker
 import docker.errors
 
 from nestednet import LABEL_PREFIX
-from nestednet.adapters import netlink
+from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.datapath import VethOffloads
@@ -225,7 +225,19 @@ class NodeDesign(abc.ABC):
         """The pid here of node ``number``'s GNAB, whose network namespace holds the node's
         routes (`run` watches them: nestednet.lab.route_watch). This default is a nested
         node on this machine: a child of its parent in this machine's engine; designs
-        whose nodes live elsewhere say how to reach it."""
+        whose nodes live elsewhere say how to reach it.
+
+        Read first from the inner engine's data root, which leaves a parked engine
+        parked; the engine is asked only when that record is missing or stale."""
+        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
+        stored = docker_engine.stored_containers(lab.data_dir(number)).get(
+            topo.component_name(0))
+        if stored is not None and stored.running and stored.pid and parent_pid:
+            with contextlib.suppress(EnvironmentProblem, OSError):
+                pid = netlink.host_pids(parent_pid, [stored.pid])[stored.pid]
+                # the pid could have been reused: it is the GNAB if it is in its cgroup
+                if stored.id in Path(f"/proc/{pid}/cgroup").read_text():
+                    return pid
         with lab.inner(number) as inner:
             child = lab.child(inner, topo.component_name(0))
             state = child.attrs["State"]
@@ -236,7 +248,6 @@ class NodeDesign(abc.ABC):
                 f"{state.get('ExitCode')}, finished {state.get('FinishedAt')})",
                 hint=f"its engine's logs: {lab.state_dir(number)}/log/; `nestednet "
                      f"status --lab {lab.record.lab}` shows every component")
-        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
         return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
 
     def oom_counters(self, lab: Lab) -> dict[tuple[int, str], Path]:

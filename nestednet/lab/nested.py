@@ -164,8 +164,14 @@ class NestedDesign(NodeDesign):
             parent = lab.parent(number)
             if parent.status != "running":
                 continue
-            with lab.inner(number) as inner:
-                children = inner.containers.list()
+            # Read from the data root, which leaves a parked engine parked; its engine
+            # is asked only for a node whose record lacks a component.
+            children = [(c.name, c.id, c.pid) for c in docker_engine.stored_containers(
+                lab.data_dir(number)).values() if c.running]
+            if not set(lab.shape.components()) <= {name for name, _, _ in children}:
+                with lab.inner(number) as inner:
+                    children = [(c.name, c.id, int(c.attrs["State"].get("Pid") or 0))
+                                for c in inner.containers.list()]
             found = child_oom_counters(children, int(parent.attrs["State"]["Pid"]))
             counters.update(((number, name), path) for name, path in found.items()
                             if name in lab.shape.components())
@@ -318,8 +324,10 @@ def _start_child(build: Build, inner: docker.DockerClient, node: int, index: int
     return int(child.attrs["State"]["Pid"])
 
 
-def child_oom_counters(children: list, parent_pid: int) -> dict[str, Path]:
-    """Child name -> its oom_kill counter file (nestednet.adapters.cgroups.oom_counter).
+def child_oom_counters(children: list[tuple[str, str, int]],
+                       parent_pid: int) -> dict[str, Path]:
+    """Child name -> its oom_kill counter file (nestednet.adapters.cgroups.oom_counter),
+    for children given as (name, container id, pid in the parent).
 
     A child's cgroup is its id below the parent's (cgroup v1: the parent's entrypoint
     gives the inner engine its own cgroup as parent) or below the parent's `nestednet`
@@ -330,16 +338,16 @@ def child_oom_counters(children: list, parent_pid: int) -> dict[str, Path]:
     parent_counter = cgroups.oom_counter(parent_pid)
     found: dict[str, Path] = {}
     missing = []
-    for child in children:
-        candidates = ([parent_counter.parent / child.id / parent_counter.name,
-                       parent_counter.parent / "nestednet" / child.id / parent_counter.name]
+    for name, ident, pid in children:
+        candidates = ([parent_counter.parent / ident / parent_counter.name,
+                       parent_counter.parent / "nestednet" / ident / parent_counter.name]
                       if parent_counter is not None else [])
         path = next((c for c in candidates if c.exists()), None)
         if path is not None:
-            found[child.name] = path
+            found[name] = path
         else:
-            missing.append(child)
-    inner = {c.name: int(c.attrs.get("State", {}).get("Pid") or 0) for c in missing}
+            missing.append((name, pid))
+    inner = dict(missing)
     if any(inner.values()):
         here = netlink.host_pids(parent_pid, [p for p in inner.values() if p])
         for name, pid in inner.items():
@@ -353,8 +361,8 @@ def _oom_states(children: list, parent_pid: int) -> dict[str, dict]:
     """Each child's memory-limit record for `status`: ``oom_kills`` counted by its
     cgroup (processes killed there, the main one or an exec'd one; None: not counted)
     and Docker's ``oom_killed`` (its main process died of it)."""
-    counters = child_oom_counters([c for c in children if c.status == "running"],
-                                  parent_pid)
+    counters = child_oom_counters([(c.name, c.id, int(c.attrs["State"].get("Pid") or 0))
+                                   for c in children if c.status == "running"], parent_pid)
     return {child.name: {
         "oom_kills": cgroups.oom_kills(counters[child.name])
         if child.name in counters else None,

@@ -43,6 +43,10 @@ class Lab:
     def state_dir(self, node: int) -> Path:
         return self.record.node_dir(node) / "state"
 
+    def data_dir(self, node: int) -> Path:
+        """The node's inner engine's data root (bound into its parent)."""
+        return self.record.node_dir(node) / "docker"
+
     def parent(self, node: int) -> docker.models.containers.Container:
         name = topo.parent_container(self.record.lab, node)
         try:

@@ -294,6 +294,38 @@ def test_a_parked_engine_frees_its_memory_and_wakes_with_its_children_untouched(
 
 
 @pytest.mark.system
+def test_run_finds_a_parked_nodes_gnab_and_cgroups_without_waking_its_engine(lab):
+    """`run` needs every GNAB's pid (route watch) and every child's OOM counter; read
+    from the engine's data root they leave the engine parked (a 250-node run had spent
+    141 s waking engines), and they are what the engine itself says once woken."""
+    import docker
+
+    from nestednet.lab import designs, engine
+    from nestednet.lab.nodes import Lab
+
+    parent = docker.from_env().containers.get(f"{lab}-n2")
+    engine.park([parent])
+    assert _wait_engine(lab, "n2", "parked", 20)
+    opened = Lab.open(lab)
+    design = designs.of(opened.meta)
+    pid = design.gnab_pid(opened, 2)
+    counters = {name: path for (node, name), path in design.oom_counters(opened).items()
+                if node == 2}
+    state = LABS / lab / "n2" / "state"
+    assert engine.state(state) == "parked"
+    assert not {"dockerd", "containerd"} & set(_parent_processes(lab, "n2"))
+    with opened.inner(2) as inner:
+        ids = {c.name: c.id for c in inner.containers.list()}
+        gnab_inner_pid = inner.containers.get("gnab").attrs["State"]["Pid"]
+    assert set(counters) == {"gnab", "iphy1", "iphy2"}
+    assert all(ids[name] in str(path) for name, path in counters.items())
+    nspid = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith("NSpid:")).split()[1:]
+    assert nspid[1] == str(gnab_inner_pid), nspid  # host, the parent's namespace, ...
+    assert ids["gnab"] in Path(f"/proc/{pid}/cgroup").read_text()
+
+
+@pytest.mark.system
 def test_an_engine_in_use_is_not_parked_under_its_user(lab):
     """A park request while the host holds the engine is refused (the parent's `park`
     takes the engine lock without waiting); once the use ends, the next request parks."""
