@@ -103,8 +103,12 @@ def main() -> None:
         out["idle_busy_percent"] = [cpu_busy_percent(30) for _ in range(3)]
         out["agents_idle"] = agents_view(lab, args.keep_logs)
         before = set(RUNS.glob(f"{args.lab}-*")) if RUNS.exists() else set()
+        started_run = time.monotonic()
         done = nn("run", scenario, "--lab", args.lab, "--json")
         out["run_exit"] = done.returncode
+        out["run_wall_s"] = round(time.monotonic() - started_run, 1)
+        if done.returncode:
+            out["run_stderr"] = done.stderr[-2000:]
         if done.returncode == 0:
             summary = json.loads(done.stdout)
             out["negotiation"] = summary["negotiation"]
