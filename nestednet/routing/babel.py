@@ -2,8 +2,17 @@
 
 Babel suits the inter-node net: it looks like one subnet (192.168.2.0/24), but only
 iPHYs the CA linked hear each other, so links are not transitive. babeld's
-`type wireless` interfaces assume exactly that (no split horizon, link quality
-from hello loss); the intra-node net is a real switch (`type wired`).
+`type wireless` interfaces assume exactly that (no split horizon); the intra-node net is
+a real switch (`type wired`).
+
+Link quality (ETX from hello loss) is off: every inter-node hop costs the same once its
+neighbour is heard, so routes follow hop count. With it on, a lab's hellos arrive late
+whenever the host is busy, and every late one moved a metric: a 48 x 4 lab whose 72
+links all came up within 50 ms, then never changed, made 13,258 route changes and
+settled only after 47 s (half of them after the first 5 s). Without it: 2,794, 92 % in
+the first 5 s (`scripts/bench/babel_cost.py --nodes 48 --settle 90`, 2026-11-27, one run
+each, host 34 % busy). The price: babel no longer steers around a link whose model loses
+packets; the loss itself is still applied to the traffic.
 
 * GNAB: babeld on `intra`; it announces its node address (the /32 on its loopback)
   and nothing else, and installs the routes it learns with that address as
@@ -32,7 +41,8 @@ without answers with the default (5 runs), 3.5-5.1 s without smoothing (10 runs)
 because the nodes next to the cut move to the ring while the cut link's quality
 falls, before the neighbour is declared lost. Our
 links change only when the CA or the user changes them, so there is little
-oscillation for hysteresis to damp.
+oscillation for hysteresis to damp. (Measured with link quality on; without it a metric
+changes only when a neighbour is found or lost.)
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ def statements(plan: AddressPlan, node: int, component: int) -> list[str]:
              f"interface {CHILD_INTRA_IF} type wired hello-interval {WIRED_HELLO_S:g}"]
     if component:
         lines.append(f"interface {CHILD_INTER_IF} type wireless hello-interval {HELLO_S:g} "
-                     "link-quality true")
+                     "link-quality false")
     lines += [f"in ip {net} ge 32 allow", "in deny"]
     if component == 0:
         lines += [f"redistribute local ip {own}/32 allow",
