@@ -151,8 +151,13 @@ def main() -> None:
                 [CLI, "exec", "--lab", args.lab, f"n{number[args.src]}", "gnab", "--",
                  # A count, not -w: with a deadline iputils' ping exits at the first
                  # ICMP error (an unreachable during a handover ended a record early).
-                 "ping", "-D", "-n", "-i", str(INTERVAL), "-W", "1", "-c",
-                 str(int((until + 5) / INTERVAL)), f"10.100.0.{number[dst]}"],
+                 # -I the node address: without a source, ping first connect()s to find
+                 # one and exits at once when there is no route yet ("connect: Network is
+                 # unreachable", one ping of each of two 2026-11-27 runs); with it, a
+                 # probe sent before babel has a route is counted as lost.
+                 "ping", "-D", "-n", "-I", f"10.100.0.{number[args.src]}", "-i",
+                 str(INTERVAL), "-W", "1", "-c", str(int((until + 5) / INTERVAL)),
+                 f"10.100.0.{number[dst]}"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stdout, stderr = run.communicate(timeout=until * 3 + 600)
         out["run_exit"] = run.returncode
