@@ -510,7 +510,7 @@ def test_status_json(lab):
 @pytest.mark.parametrize("args", [
     ["--nodes", "0", "--iphys", "2"],
     ["--nodes", "2", "--iphys", "-1"],
-    ["--nodes", "200", "--iphys", "3"],
+    ["--nodes", "999", "--iphys", "33"],  # 32,967 inter-node addresses: more than a /17
     ["--nodes", "2", "--iphys", "2", "--lab", "Bad-Name"],
     ["--nodes", "1", "--iphys", "1", "--lab", LAB],
 ])
