@@ -229,10 +229,10 @@ class NodeDesign(abc.ABC):
 
         Read first from the inner engine's data root, which leaves a parked engine
         parked; the engine is asked only when that record is missing or stale."""
-        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
         stored = docker_engine.stored_containers(lab.data_dir(number)).get(
             topo.component_name(0))
-        if stored is not None and stored.running and stored.pid and parent_pid:
+        if stored is not None and stored.running and stored.pid:
+            parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
             with contextlib.suppress(EnvironmentProblem, OSError):
                 pid = netlink.host_pids(parent_pid, [stored.pid])[stored.pid]
                 # the pid could have been reused: it is the GNAB if it is in its cgroup
@@ -248,6 +248,7 @@ class NodeDesign(abc.ABC):
                 f"{state.get('ExitCode')}, finished {state.get('FinishedAt')})",
                 hint=f"its engine's logs: {lab.state_dir(number)}/log/; `nestednet "
                      f"status --lab {lab.record.lab}` shows every component")
+        parent_pid = int(lab.parent(number).attrs["State"]["Pid"])
         return netlink.host_pids(parent_pid, [inner_pid])[inner_pid]
 
     def oom_counters(self, lab: Lab) -> dict[tuple[int, str], Path]:

@@ -31,6 +31,9 @@ class StoppedGnabLab:
     def parent(self, number: int):
         raise AssertionError("the parent is not needed once the GNAB is known stopped")
 
+    def data_dir(self, number: int) -> Path:
+        return Path(f"/nonexistent/uu/n{number}/docker")  # no record: the engine is asked
+
     def state_dir(self, number: int) -> Path:
         return Path(f"/var/lib/nestednet/labs/uu/n{number}/state")
 
