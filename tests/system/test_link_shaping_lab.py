@@ -110,8 +110,12 @@ def test_rate_is_shaped_and_set_in_place_during_transfer(lab):
     print(f"first 0.2 s interval at <= 5.5 Mbit/s ended {first_slow - returned:.2f} s after "
           f"`link set` returned; rates after: {[r for _, r in after]}")
     assert first_slow - returned <= 1.0
+    # The rate over the tail, not its median interval: n1's iperf3 reports what it has
+    # read, and once (CI, 2026-11-27) it read nothing for 2.2 s on the busy 2-core host,
+    # then 50.6 Mbit/s in one interval, while the shaped link went on at 5 (the mean of
+    # those 23 intervals: 5.06).
     tail = [r for _, r in after[5:]]
-    assert abs(sorted(tail)[len(tail) // 2] - 5) <= 0.5, tail
+    assert abs(sum(tail) / len(tail) - 5) <= 0.5, tail
 
     now = _listed()
     assert {d["kernel"]["rate_bps"] for d in now["n1:iphy1 n2:iphy1"]["directions"]} \
