@@ -79,6 +79,15 @@ def host_ovs_pids() -> list[int]:
     return pids
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def cgroup_cpu_s(pid: int) -> float:
     """CPU seconds used so far by the cgroup of host process ``pid`` (a node parent;
     v1 cpuacct or v2 cpu.stat)."""

@@ -19,8 +19,8 @@ Then the lab is deleted. Prints JSON. One run per call; hold the system lock.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,10 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from nestednet.bench import procmem
 from nestednet.bench.common import cpu_busy_percent
+from nestednet.lab.nodes import Lab
 
 CLI = str(Path(sys.executable).parent / "nestednet")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def nn(*args: str) -> subprocess.CompletedProcess:
@@ -50,33 +51,20 @@ def scenario(nodes: int, iphys: int, duration: float) -> dict:
 
 
 def lab_babelds(lab: str) -> list[int]:
-    """Host pids of babeld processes in the lab's parents (by the parents' cgroups)."""
-    ids = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter",
-                          f"name=^{lab}-n"], capture_output=True, text=True).stdout.split()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() != "babeld":
-                continue
-            cgroup = (entry / "cgroup").read_text()
-        except OSError:
-            continue
-        if any(i in cgroup for i in ids):
-            found.append(int(entry.name))
-    return found
+    """Host pids of the babeld processes below the lab's parents."""
+    handle = Lab.open(lab)
+    procs = procmem.processes()
+    return [p.pid for n in handle.shape.node_numbers()
+            for p in procmem.matching(procmem.descendants(
+                int(handle.parent(n).attrs["State"]["Pid"]), procs), ("babeld",))]
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    total = 0
+    total = 0.0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICKS
+        with contextlib.suppress(OSError):
+            total += procmem.cpu_s(pid)
+    return total
 
 
 def bridge_packets(lab: str) -> int:

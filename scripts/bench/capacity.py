@@ -35,18 +35,12 @@ from pathlib import Path
 
 from nestednet.adapters.cgroups import cgroup_memory
 from nestednet.api.lab import Lab
-from nestednet.bench.procmem import cgroup_cpu_s
+from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
 from nestednet.model import capacity as cap
 
 MB = 1024 * 1024
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
-
-
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:13]) / CLK_TCK
 
 
 def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -91,7 +85,7 @@ def rate(sample, seconds: float) -> float:
 def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) -> dict:
     load = os.getloadavg()
     ovs = ovs_pid()
-    ovs_before_cpu = rate(lambda: proc_cpu_s(ovs), idle / 2)
+    ovs_before_cpu = rate(lambda: cpu_s(ovs), idle / 2)
     ovs_mb0 = proc_rss_mb(ovs)
     t = time.monotonic()
     with Lab.create(name, nodes=nodes, iphys=iphys) as lab:
@@ -104,11 +98,11 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
         ovs_mb1 = proc_rss_mb(ovs)
 
         def lab_cpu() -> float:
-            return sum(cgroup_cpu_s(p) for p in pids) + sum(proc_cpu_s(s) for s in shims)
+            return sum(cgroup_cpu_s(p) for p in pids) + sum(cpu_s(s) for s in shims)
 
-        ovs0, lab0 = proc_cpu_s(ovs), lab_cpu()
+        ovs0, lab0 = cpu_s(ovs), lab_cpu()
         time.sleep(idle)
-        ovs_rate, lab_rate = (proc_cpu_s(ovs) - ovs0) / idle, (lab_cpu() - lab0) / idle
+        ovs_rate, lab_rate = (cpu_s(ovs) - ovs0) / idle, (lab_cpu() - lab0) / idle
         t = time.monotonic()
         links = grid_like(lab, nodes, iphys)
         link_s = time.monotonic() - t
