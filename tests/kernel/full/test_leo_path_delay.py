@@ -3,9 +3,11 @@ nested with babel and full shaping, the RTT between two ground stations against 
 propagation delay along the route babel chose, per step.
 
 The scenario comes from `nestednet visibility generate`: one Walker plane of 5 satellites
-at 4,000 km plus Berlin and Moscow (one ground link each, the nearest satellite above
-10 degrees), 120 s from 00:23:50 UTC at 10 s steps, delay at the speed of light on every
-link (a laser model long enough for the 12,200 km chords of this ring). Within it Berlin
+at 4,000 km (epoch 2026-11-26 00:00 UTC, its TLEs written and read back) plus Berlin and
+Moscow (one ground link each, the nearest satellite above 10 degrees), 120 s from
+00:23:50 UTC at 10 s steps, ISLs by line of sight within 13,000 km (the ring), delay at
+the speed of light on every link (a laser model long enough for the 12,200 km chords of
+this ring). Within it Berlin
 hands over from w1p1s2 (Berlin-s2-Moscow) to w1p1s1 (Berlin-s1-s2-Moscow, 60 s in).
 7 nodes x 4 iPHYs: the VM is about ten times slower than the host (PLATFORM.md), and a
 nested node costs minutes to create there; this is as small as shows a handover.
@@ -26,6 +28,8 @@ fixed in advance. Every step's figures go to the results file and the test's out
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +43,7 @@ from linkemu import measure
 from nestednet.api.run import Run, RunRequest
 from nestednet.capabilities.vm import in_full_kernel_vm
 from nestednet.cli import main as nestednet_main
+from nestednet.lab.nodes import Lab
 from nestednet.lab.record import LABS_DIR, LabRecord
 from nestednet.lab.teardown import delete_lab
 from nestednet.model import path_delay
@@ -59,30 +64,80 @@ MIN_PROBES = 5
 
 
 def _scenario(tmp_path: Path) -> Path:
+    """Walker TLEs with their epoch at midnight, then the scenario from them from 00:23:50:
+    a Walker shell takes --start as its epoch, so starting it later would not move it."""
     (tmp_path / "gs.json").write_text(json.dumps(STATIONS))
     (tmp_path / "model.json").write_text(json.dumps(MODEL))
-    out = tmp_path / "leo.json"
-    done = CliRunner().invoke(nestednet_main, [
-        "visibility", "generate", "--walker", "4000:53:1:5:0",
-        "--start", "2026-11-26T00:23:50Z", "--duration", "120", "--step", "10",
-        "--ground-stations", str(tmp_path / "gs.json"), "--iphys", "4",
-        "--link-model", str(tmp_path / "model.json"), "-o", str(out)])
-    assert done.exit_code == 0, done.output
+    tles, out = tmp_path / "ring.tle", tmp_path / "leo.json"
+    for args in (["--walker", "4000:53:1:5:0", "--start", "2026-11-26T00:00:00Z",
+                  "--duration", "10", "--step", "10", "--write-tle", str(tles),
+                  "-o", str(tmp_path / "epoch.json")],
+                 # the ring's neighbours are 12,192 km apart and clear the Earth; the
+                 # next ones do not
+                 ["--tle", str(tles), "--start", "2026-11-26T00:23:50Z", "--duration", "120",
+                  "--step", "10", "--isl", "los", "--isl-range-km", "13000",
+                  "--ground-stations", str(tmp_path / "gs.json"), "--iphys", "4",
+                  "--link-model", str(tmp_path / "model.json"), "-o", str(out)]):
+        done = CliRunner().invoke(nestednet_main, ["visibility", "generate", *args])
+        assert done.exit_code == 0, done.output
     doc = json.loads(out.read_text())
+    berlin = [sorted(p for p in step["visible"] if "GSBerlin" in p) for step in doc["steps"]]
+    assert berlin == [[["GSBerlin", "w1p1s2"]]] * 6 + [[["GSBerlin", "w1p1s1"]]] * 6, berlin
     doc["actions"] = [PING]
     out.write_text(json.dumps(doc))
     return out
 
 
-def _play(scenario: Path, events: Path, shaping: str, remove: bool) -> dict:
+def _play(scenario: Path, events: Path, shaping: str) -> dict:
+    """One run on the lab; the test deletes the lab itself, after keeping its logs."""
     request = RunRequest(scenario=scenario, lab=LAB, events=events, shaping_mode=shaping,
-                         routing="babel", hello_timeout=1500, remove_lab=remove)
+                         routing="babel", hello_timeout=1500)
     with Run.start(request) as active:
         active.wait()
     summary = active.summary()
     assert summary.steps_played == 12 and not summary.interrupted, summary
     return {"shaping": shaping, "links_up": summary.links_up,
             "path_delay": summary.path_delay}
+
+
+def _keep_engine_logs() -> Path:
+    """The nodes' engine logs (state/log) and what ran in each parent, beside the results:
+    the VM's lab directory is gone with the VM, and a component lost in a run is explained
+    only there."""
+    results = Path(os.environ.get("LINKEMU_RESULTS", "results/linkemu-kernel.jsonl"))
+    kept = results.parent / f"{LAB}-engine-logs"
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for log in sorted((LABS_DIR / LAB).glob("n*/state/log")):
+        shutil.copytree(log, kept / log.parent.parent.name)
+    nodes: dict[str, dict] = {}
+    lab = Lab.open(LAB)
+    for n in lab.shape.node_numbers():
+        seen: dict = {}
+        nodes[f"n{n}"] = seen
+        try:
+            seen["engine"] = (lab.state_dir(n) / "engine").read_text().strip()
+            # every process in the parent's cgroup tree: its children's nest below it
+            parent = lab.parent(n).id
+            seen["processes"] = sorted(
+                _read(f"/proc/{pid}/cmdline").replace("\0", " ")[:120]
+                for pid in os.listdir("/proc")
+                if pid.isdigit() and parent in _read(f"/proc/{pid}/cgroup"))
+            with lab.inner(n) as inner:  # wakes the engine: only once the test has failed
+                seen["components"] = {c.name: {k: c.attrs["State"].get(k) for k in (
+                    "Status", "Pid", "ExitCode", "Error", "OOMKilled", "StartedAt",
+                    "FinishedAt")} for c in inner.containers.list(all=True)}
+        except Exception as exc:  # a diagnosis keeps what it could read
+            seen["error"] = repr(exc)
+    (kept / "nodes.json").write_text(json.dumps(nodes, indent=1))
+    return kept
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _by_step(events: Path) -> dict[int, dict[tuple, list]]:
@@ -104,8 +159,14 @@ def test_gs_to_gs_rtt_follows_the_propagation_delay_of_babels_route(
     scenario = _scenario(tmp_path)
     idle_events, full_events = tmp_path / "rate-only.jsonl", tmp_path / "full.jsonl"
     try:
-        runs = [_play(scenario, idle_events, "rate-only", remove=False),
-                _play(scenario, full_events, "full", remove=True)]
+        runs = [_play(scenario, idle_events, "rate-only"),
+                _play(scenario, full_events, "full")]
+    except BaseException:
+        try:
+            print(f"engine logs kept in {_keep_engine_logs()}")
+        except Exception as exc:  # the run's own error is the one to raise
+            print(f"engine logs not kept: {exc!r}")
+        raise
     finally:
         if (LABS_DIR / LAB).exists():
             delete_lab(LabRecord(LAB))
