@@ -33,7 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+from nestednet.adapters import ksm
 from nestednet.bench.memory import whole_node_mb
+from nestednet.lab.engine import ksm_offered
 from nestednet.lab.nodes import Lab
 from nestednet.model.scenario_file import load_scenario
 
@@ -109,7 +111,9 @@ def main() -> None:
     number = {name: k for k, name in enumerate(scenario.node_names, 1)}
     iphys = max(n.iphys for n in scenario.nodes)
     out: dict = {"scenario": args.scenario, "nodes": len(scenario.nodes), "iphys": iphys,
-                 "load_before": Path("/proc/loadavg").read_text().split()[:3]}
+                 "load_before": Path("/proc/loadavg").read_text().split()[:3],
+                 # KSM changed babel's churn before (docs/setup.md): say whether it was on.
+                 "ksm": {"offered": ksm_offered(), "before": ksm.state()}}
     start = time.monotonic()
     done = nn("create", "--lab", args.lab, "--nodes", str(len(scenario.nodes)), "--iphys",
               str(iphys), "--routing", "babel", "--timings")
@@ -160,6 +164,7 @@ def main() -> None:
                  f"10.100.0.{number[dst]}"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stdout, stderr = run.communicate(timeout=until * 3 + 600)
+        out["ksm"]["after_run"] = ksm.state()  # what the lab's pages merged to, at its end
         out["run_exit"] = run.returncode
         summary = json.loads(stdout) if run.returncode == 0 else {"stderr": stderr[-2000:]}
         said = {dst: p.communicate(timeout=120) for dst, p in pings.items()}
@@ -188,6 +193,7 @@ def main() -> None:
             "links_up": sum(r["event"] == "link_up" for r in records),
             "links_down": sum(r["event"] == "link_down" for r in records),
             "refused": sum(r["event"] == "link_fail" for r in records),
+            "route_events": sum(r["event"] == "route" for r in records),
             "step_wall_drift_s": round(max(w - walls[0] - (s.time - scenario.steps[0].time)
                                            for w, s in zip(walls, scenario.steps,
                                                            strict=False)), 3),
@@ -210,6 +216,7 @@ def main() -> None:
             nn("delete", "--lab", args.lab)
             out["delete_s"] = round(time.monotonic() - start, 1)
     out["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
+    out["ksm"]["after_delete"] = ksm.state()
     print(json.dumps(out, indent=1))
 
 
