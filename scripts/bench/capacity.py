@@ -28,12 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from nestednet.adapters.cgroups import cgroup_memory
+from nestednet.adapters.cgroups import cgroup_memory, memory_cgroup
 from nestednet.api.lab import Lab
 from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
 from nestednet.model import capacity as cap
@@ -154,6 +155,43 @@ def derive(runs: list[dict]) -> cap.Costs:
                   f"sizes {sizes}"))
 
 
+STAT_FIELDS = ("rss", "cache", "active_file", "inactive_file", "shmem", "mapped_file")
+CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
+
+def memory_breakdown(pid: int) -> dict[str, float]:
+    """The cgroup of ``pid`` (all below it) by kind, MB: anonymous, page cache (active and
+    inactive), kernel memory, and ``used`` as cgroup_memory counts it."""
+    found = memory_cgroup(pid)
+    if found is None:
+        return {}
+    base, v1 = found
+    stat = dict(line.split() for line in (base / "memory.stat").read_text().splitlines())
+    prefix = "total_" if v1 else ""
+    out = {f: int(stat.get(prefix + f, 0)) / MB for f in STAT_FIELDS}
+    kmem = base / "memory.kmem.usage_in_bytes"
+    if kmem.exists():
+        out["kmem"] = int(kmem.read_text()) / MB
+    out["used"] = cgroup_memory(pid)["used"] / MB
+    return out
+
+
+def container_cgroups(pid: int) -> dict[str, float]:
+    """Containers started by the engine inside ``pid``'s cgroup (an emulated host's
+    engine: hostd and the lab's parents), each with its `used` MB (cgroup v1 layout)."""
+    found = memory_cgroup(pid)
+    if found is None:
+        return {}
+    out = {}
+    for top, dirs, _files in os.walk(found[0]):
+        if CONTAINER_ID.fullmatch(Path(top).name) and Path(top) != found[0]:
+            dirs.clear()  # the first container on the way down: a parent, not its children
+            stat = dict(line.split() for line in Path(top, "memory.stat").read_text().splitlines())
+            usage = int(Path(top, "memory.usage_in_bytes").read_text())
+            out[Path(top).name] = (usage - int(stat.get("total_inactive_file", 0))) / MB
+    return out
+
+
 def emulated_hosts_module():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "system"))
     import emulated_hosts
@@ -173,6 +211,8 @@ def check(args, log) -> dict:
         pids = {n: hosts.local[n].pid for n in hosts.names}
         time.sleep(args.settle)
         mem0 = {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+        kinds0 = {n: memory_breakdown(p) for n, p in pids.items()}
+        before = {n: set(container_cgroups(p)) for n, p in pids.items()}
         cpu_before = {n: rate(lambda p=p: cgroup_cpu_s(p), args.idle / 2)
                       for n, p in pids.items()}
         load = os.getloadavg()
@@ -186,6 +226,10 @@ def check(args, log) -> dict:
                 placed[host] += 1
             time.sleep(args.settle)
             mem1 = {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+            kinds1 = {n: memory_breakdown(p) for n, p in pids.items()}
+            # The lab's parents are the containers that were not there before it.
+            parents = {n: [mb for cid, mb in container_cgroups(p).items()
+                           if cid not in before[n]] for n, p in pids.items()}
             cpu0 = {n: cgroup_cpu_s(p) for n, p in pids.items()}
             time.sleep(args.idle)
             cpu = {n: (cgroup_cpu_s(p) - cpu0[n]) / args.idle for n, p in pids.items()}
@@ -198,6 +242,14 @@ def check(args, log) -> dict:
             rows.append({
                 "host": n, "nodes": placed[n], "links_share": round(links * share, 1),
                 "measured_mb": round(measured_mb, 1),
+                # Where the growth is: the parents' own cgroups (what the model's node
+                # costs were fitted on, one host) and, by kind, the whole emulated host.
+                "parents": len(parents[n]),
+                "parents_mb_mean": (round(statistics.mean(parents[n]), 1)
+                                    if parents[n] else None),
+                "outside_parents_mb": round(measured_mb - sum(parents[n]), 1),
+                "growth_by_kind_mb": {k: round(kinds1[n][k] - kinds0[n].get(k, 0.0), 1)
+                                      for k in kinds1[n]},
                 "predicted_mb": round(predicted.memory_mb, 1),
                 "memory_error": round(cap.relative_error(predicted.memory_mb, measured_mb), 3),
                 "measured_cores": round(measured_cores, 4),
