@@ -9,7 +9,6 @@ bridge in the host's OVS). Plus the host's main OVS daemons, which all labs shar
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -111,7 +110,7 @@ def run(bench: Bench) -> dict:
         time.sleep(p["settle_s"])
         if kind == "nested":
             start = time.monotonic()
-            merged = os.environ.get(engine.KSM_VARIABLE) == "1" and ksm.wait_passes()
+            merged = engine.ksm_offered() and ksm.wait_passes()
             result["ksm"] = {"merged": merged, "waited_s": round(time.monotonic() - start, 1),
                              **(ksm.state() or {})}
         measure = nested_node if kind == "nested" else flat_node
@@ -133,10 +132,10 @@ def run(bench: Bench) -> dict:
         f"KSM (same-page merging) {'on' if k.get('run') == 1 else 'off'} on this host"
         + (f": measured after 2 more passes ({k['waited_s']} s), {k['pages_sharing']} "
            f"pages sharing {k['pages_shared']}" if k.get("merged") else "")
-        + ("; nested nodes offer their internal OVS to it ($NESTEDNET_KSM=1, "
-           "images/dind/ksm-merge)" if os.environ.get(engine.KSM_VARIABLE) == "1"
-           else "; nested nodes do not use it (set $NESTEDNET_KSM=1 to offer their "
-                "internal OVS: about 9 MB a node less, more route churn)"))
+        + ("; nested nodes offer their internal OVS to it (images/dind/ksm-merge; "
+           "$NESTEDNET_KSM=0 to not)" if engine.ksm_offered()
+           else "; nested nodes do not use it ($NESTEDNET_KSM=0; unset, they offer their "
+                "internal OVS: about 9 MB a node less)"))
     result["notes"].append("whole node = the node container's cgroup minus inactive page "
                            "cache (in brackets: its anonymous memory); daemons = PSS (in "
                            "brackets its anonymous part: file pages "

@@ -46,9 +46,20 @@ SOCKET_FILE = "docker.sock"
 
 
 KSM_VARIABLE = "NESTEDNET_KSM"
-"""1: the nodes' internal OVS daemons offer their memory to the host's KSM (about 9 MB a
-node less, images/dind/entrypoint); off by default, since babel's routes churned about
-3x more with it on the 66 + 4 LEO showcase (docs/benchmarks.md)."""
+"""1 (the default): the nodes' internal OVS daemons offer their memory to the host's KSM
+(about 9 MB a node less, images/dind/entrypoint); 0: they do not. It was off by default
+while babel's routes churned about 3x more with it on the 66 + 4 LEO showcase; since
+`run` leaves engines parked and babel ignores link quality, the full showcase churned
+the same with it as without (13,996 against 13,488 route events, docs/setup.md)."""
+
+
+def ksm_offered() -> bool:
+    """Whether a lab created now has its nodes offer their OVS memory to KSM."""
+    ksm = os.environ.get(KSM_VARIABLE, "1")
+    if ksm not in ("0", "1"):
+        raise UsageError(f"${KSM_VARIABLE}={ksm!r}: give 1 (offer the nodes' OVS memory to "
+                         "KSM, the default) or 0 (do not)")
+    return ksm == "1"
 
 
 def parent_environment() -> dict[str, str]:
@@ -57,11 +68,7 @@ def parent_environment() -> dict[str, str]:
     given = os.environ.get(IDLE_VARIABLE, str(IDLE_S))
     if not given.isdigit():
         raise UsageError(f"${IDLE_VARIABLE}={given!r} is not a whole number of seconds")
-    ksm = os.environ.get(KSM_VARIABLE, "0")
-    if ksm not in ("0", "1"):
-        raise UsageError(f"${KSM_VARIABLE}={ksm!r}: give 1 (offer the nodes' OVS memory to "
-                         "KSM) or 0 (the default)")
-    return {IDLE_VARIABLE: given, KSM_VARIABLE: ksm}
+    return {IDLE_VARIABLE: given, KSM_VARIABLE: "1" if ksm_offered() else "0"}
 
 
 def state(state_dir: Path) -> str:

@@ -122,16 +122,18 @@ def test_memory_check_names_both_problems_and_fixes(tmp_path):
     assert not absent.ok and absent.detail.startswith("KSM absent") and absent.fix == ""
 
 
-def test_nodes_offer_their_ovs_to_ksm_only_when_asked(monkeypatch):
-    """KSM is off by default (babel's routes churned 2.8x more with it on the LEO
-    showcase); NESTEDNET_KSM=1 turns it on, anything but 0/1 is refused."""
+def test_nodes_offer_their_ovs_to_ksm_unless_told_not_to(monkeypatch):
+    """KSM is on by default (the full LEO showcase churned as much without it);
+    NESTEDNET_KSM=0 turns it off, anything but 0/1 is refused."""
     from nestednet.errors import UsageError
     from nestednet.lab import engine
 
     monkeypatch.delenv("NESTEDNET_KSM", raising=False)
-    assert engine.parent_environment()["NESTEDNET_KSM"] == "0"
-    monkeypatch.setenv("NESTEDNET_KSM", "1")
     assert engine.parent_environment()["NESTEDNET_KSM"] == "1"
+    assert engine.ksm_offered()
+    monkeypatch.setenv("NESTEDNET_KSM", "0")
+    assert engine.parent_environment()["NESTEDNET_KSM"] == "0"
+    assert not engine.ksm_offered()
     monkeypatch.setenv("NESTEDNET_KSM", "yes")
     with pytest.raises(UsageError, match="NESTEDNET_KSM"):
         engine.parent_environment()
