@@ -200,8 +200,8 @@ class _ReferenceBeside:
 def _step_spans(events: Path) -> dict[int, tuple[float, float]]:
     """Step -> its wall-clock span in a run (the last one ends with the last record)."""
     records = read_events(events)
-    starts = sorted((r["step"], r["wall_time"]) for r in records if r.get("event") == "step")
-    end = max(r.get("wall_time") or 0.0 for r in records)
+    starts = sorted((r.step, r.wall_time) for r in records if r.event == "step")
+    end = max(r.wall_time or 0.0 for r in records)
     return {step: (t, starts[k + 1][1] if k + 1 < len(starts) else end)
             for k, (step, t) in enumerate(starts)}
 
