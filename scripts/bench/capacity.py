@@ -34,9 +34,11 @@ import sys
 import time
 from pathlib import Path
 
+from nestednet.adapters import ksm
 from nestednet.adapters.cgroups import cgroup_memory, memory_cgroup
 from nestednet.api.lab import Lab
 from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
+from nestednet.lab import engine
 from nestednet.model import capacity as cap
 
 MB = 1024 * 1024
@@ -92,6 +94,8 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
     with Lab.create(name, nodes=nodes, iphys=iphys) as lab:
         create_s = time.monotonic() - t
         time.sleep(settle)
+        # Nodes offering their OVS to KSM shrink over its passes: measure them merged.
+        merged = engine.ksm_offered() and ksm.wait_passes()
         pids = parent_pids(lab)
         shims = [ppid(p) for p in pids]
         node_mb = [cgroup_memory(p)["used"] / MB for p in pids]
@@ -112,6 +116,7 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
         node_mb_linked = [cgroup_memory(p)["used"] / MB for p in pids]
     result = {
         "nodes": nodes, "iphys": iphys, "links": links, "create_s": round(create_s, 1),
+        "ksm_offered": engine.ksm_offered(), "ksm_merged": merged,
         "load_before": [round(x, 2) for x in load],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "node_mb_mean": round(statistics.mean(node_mb), 2),
