@@ -68,9 +68,9 @@ STATIONS = {"ground_stations": [
 MODEL = {"model": "laser", "params": {"rate": "1Gbit", "range_m": 2e7}}
 PING = {"action": "ping", "from": 0, "src": "GSBerlin", "dst": "GSMoscow", "interval": 0.5}
 MIN_PROBES = 5
+"""A step is judged on the median of at least this many compared probes in each run."""
 REFERENCE_ONE_WAY_MS = 25.0
 """The reference's delay each way during the run: about one hop of the ring's (19-27 ms)."""
-"""A step is judged on the median of at least this many compared probes in each run."""
 
 
 def _scenario(tmp_path: Path) -> Path:
