@@ -104,13 +104,18 @@ def test_apply_takes_the_thesis_fig_4_6_shape(bed: dict) -> None:
     assert ping.returncode == 0, ping.stdout
 
 
+COUNTERS = ("sent_packets", "dropped", "backlog_bytes", "backlog_packets")
+"""What traffic moves in `show --json` (qdiscs and classes alike), not configuration."""
+
+
 def _shown_without_counters() -> dict:
-    """`show --json` minus packet counters, which any ARP or IPv6 ND packet moves."""
+    """`show --json` minus packet counters, which any ARP or IPv6 ND packet moves (CI saw
+    a class's counter move between the two reads)."""
     shown = json.loads(CliRunner().invoke(main, ["show", "--json"]).output)
     for port in shown.get("ports", {}).values():
-        for qdisc in port.get("qdiscs", []):
-            qdisc.pop("sent_packets", None)
-            qdisc.pop("dropped", None)
+        for entry in (*port.get("qdiscs", []), *port.get("classes", [])):
+            for counter in COUNTERS:
+                entry.pop(counter, None)
     return shown
 
 
