@@ -32,9 +32,12 @@ def cgroup_memory(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup"
     where the host's are seen (the per-host helper has them bind-mounted elsewhere).
     """
     found = memory_cgroup(pid, proc, cgroup)
-    if found is None:
-        return None
-    base, v1 = found
+    return None if found is None else directory_memory(*found)
+
+
+def directory_memory(base: Path, v1: bool) -> dict[str, int] | None:
+    """cgroup_memory's figures for the memory cgroup directory ``base`` (and all below
+    it), e.g. a container's found under another's; None when it cannot be read."""
     usage_file, prefix = ((base / "memory.usage_in_bytes", "total_") if v1
                           else (base / "memory.current", ""))
     try:

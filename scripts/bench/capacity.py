@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import ksm
-from nestednet.adapters.cgroups import cgroup_memory, memory_cgroup
+from nestednet.adapters.cgroups import cgroup_memory, directory_memory, memory_cgroup
 from nestednet.api.lab import Lab
 from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
 from nestednet.lab import engine
@@ -95,7 +95,8 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
         create_s = time.monotonic() - t
         time.sleep(settle)
         # Nodes offering their OVS to KSM shrink over its passes: measure them merged.
-        merged = engine.ksm_offered() and ksm.wait_passes()
+        offered = engine.ksm_offered()
+        merged = offered and ksm.wait_passes()
         pids = parent_pids(lab)
         shims = [ppid(p) for p in pids]
         node_mb = [cgroup_memory(p)["used"] / MB for p in pids]
@@ -116,7 +117,7 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
         node_mb_linked = [cgroup_memory(p)["used"] / MB for p in pids]
     result = {
         "nodes": nodes, "iphys": iphys, "links": links, "create_s": round(create_s, 1),
-        "ksm_offered": engine.ksm_offered(), "ksm_merged": merged,
+        "ksm_offered": offered, "ksm_merged": merged,
         "load_before": [round(x, 2) for x in load],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "node_mb_mean": round(statistics.mean(node_mb), 2),
@@ -177,13 +178,13 @@ def memory_breakdown(pid: int) -> dict[str, float]:
     kmem = base / "memory.kmem.usage_in_bytes"
     if kmem.exists():
         out["kmem"] = int(kmem.read_text()) / MB
-    out["used"] = cgroup_memory(pid)["used"] / MB
+    out["used"] = directory_memory(base, v1)["used"] / MB
     return out
 
 
 def container_cgroups(pid: int) -> dict[str, float]:
     """Containers started by the engine inside ``pid``'s cgroup (an emulated host's
-    engine: hostd and the lab's parents), each with its `used` MB (cgroup v1 layout)."""
+    engine: hostd and the lab's parents), each with its `used` MB."""
     found = memory_cgroup(pid)
     if found is None:
         return {}
@@ -191,9 +192,9 @@ def container_cgroups(pid: int) -> dict[str, float]:
     for top, dirs, _files in os.walk(found[0]):
         if CONTAINER_ID.fullmatch(Path(top).name) and Path(top) != found[0]:
             dirs.clear()  # the first container on the way down: a parent, not its children
-            stat = dict(line.split() for line in Path(top, "memory.stat").read_text().splitlines())
-            usage = int(Path(top, "memory.usage_in_bytes").read_text())
-            out[Path(top).name] = (usage - int(stat.get("total_inactive_file", 0))) / MB
+            figures = directory_memory(Path(top), found[1])
+            if figures is not None:
+                out[Path(top).name] = figures["used"] / MB
     return out
 
 
