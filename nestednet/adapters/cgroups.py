@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -49,6 +50,42 @@ def directory_memory(base: Path, v1: bool) -> dict[str, int] | None:
     anon = int(stat.get(f"{prefix}rss", stat.get("anon", 0)))
     return {"usage": usage, "used": usage - inactive, "anon": anon,
             "file": int(stat.get(f"{prefix}cache", stat.get("file", 0)))}
+
+
+def swap_active(proc: str = "/proc") -> bool:
+    """Whether any swap device or file is on (reclaim could then push anonymous pages
+    out, which would understate what a cgroup holds)."""
+    try:
+        return len(Path(f"{proc}/swaps").read_text().strip().splitlines()) > 1
+    except OSError:
+        return True
+
+
+def drop_cache(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> bool:
+    """Have the kernel reclaim what it can from host process ``pid``'s memory cgroup and
+    all below it, so what stays is what the cgroup holds, not page cache it happened to
+    read first (a shared file's pages are charged to whichever cgroup read them first).
+
+    With no swap on, reclaim can only drop clean page cache and shrink reclaimable
+    kernel caches; anonymous memory stays. So it refuses (False) when swap is on, and
+    when the cgroup cannot be found or written. cgroup v1: `memory.force_empty` (which
+    works on a cgroup with tasks); v2: `memory.reclaim`.
+    """
+    if swap_active(proc):
+        return False
+    found = memory_cgroup(pid, proc, cgroup)
+    if found is None:
+        return False
+    base, v1 = found
+    try:
+        if v1:
+            (base / "memory.force_empty").write_text("0")
+        else:
+            (base / "memory.reclaim").write_text(str(1 << 40))
+    except OSError as exc:
+        # memory.reclaim says EAGAIN when it freed less than asked, i.e. all it could.
+        return exc.errno == errno.EAGAIN
+    return True
 
 
 def oom_counter(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> Path | None:

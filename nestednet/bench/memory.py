@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import ksm, netlink
-from nestednet.adapters.cgroups import cgroup_memory
+from nestednet.adapters.cgroups import cgroup_memory, drop_cache
 from nestednet.bench import paper, procmem
 from nestednet.bench.common import Bench, LabSpec, cell, pyplot, save
 from nestednet.bench.stats import summary
@@ -21,19 +21,43 @@ from nestednet.lab import engine, flat
 from nestednet.model import topology as topo
 
 MB = 1024 * 1024
-PARTS = ("node_total_mb", "node_awake_mb", "gnab_mb", "iphy_mb", "inner_daemon_mb",
-         "internal_ovs_mb")
+PARTS = ("node_total_mb", "node_cached_mb", "node_awake_mb", "gnab_mb", "iphy_mb",
+         "inner_daemon_mb", "internal_ovs_mb")
 ANON = {"node_total_mb": "node_total_anon_mb", "node_awake_mb": "node_awake_anon_mb",
         "inner_daemon_mb": "inner_daemon_anon_mb",
         "internal_ovs_mb": "internal_ovs_anon_mb"}
-LABELS = {"node_total_mb": "whole node", "node_awake_mb": "whole node, inner engine awake",
+LABELS = {"node_total_mb": "whole node", "node_cached_mb": "whole node, cache not dropped",
+          "node_awake_mb": "whole node, inner engine awake",
           "gnab_mb": "GNAB (runs the agent)",
           "iphy_mb": "iPHY (each)",
           "inner_daemon_mb": "inner daemons", "internal_ovs_mb": "internal OVS"}
 
 
+REFAULT_S = 2.0
+
+
 def params(quick: bool) -> dict:
     return {"nodes": 4, "iphys": 4, "settle_s": 3 if quick else 10}
+
+
+def drop_caches(lab, numbers) -> dict[int, dict]:
+    """Each node's figure as found, then its page cache dropped (adapters.cgroups.
+    drop_cache), so the measure that follows counts what the node holds, not which
+    node first read a file every node shares (the image's binaries): that charge
+    moved a node's figure from 21 to 72 MB between otherwise alike runs. REFAULT_S
+    later the node has taken back what it touches while parked."""
+    found = {}
+    for number in numbers:
+        pid = _node_pid(lab, number)
+        found[number] = {"node_cached_mb": _mb(cgroup_memory(pid)),
+                         "cache_dropped": drop_cache(pid)}
+    time.sleep(REFAULT_S)
+    return found
+
+
+def _node_pid(lab, number: int) -> int:
+    container = lab.client.containers.get(topo.parent_container(lab.record.lab, number))
+    return int(container.attrs["State"]["Pid"])
 
 
 def _mb(memory: dict | None, key: str = "used") -> float | None:
@@ -43,8 +67,14 @@ def _mb(memory: dict | None, key: str = "used") -> float | None:
 def whole_node_mb(lab, number: int) -> float | None:
     """The node container's cgroup figure alone (both designs): cheap enough for every
     node of a large lab."""
-    container = lab.client.containers.get(topo.parent_container(lab.record.lab, number))
-    return _mb(cgroup_memory(int(container.attrs["State"]["Pid"])))
+    return _mb(cgroup_memory(_node_pid(lab, number)))
+
+
+def whole_nodes_mb(lab) -> list[float]:
+    """Every node's whole figure, taken as `run` takes it (page cache dropped first)."""
+    numbers = list(lab.shape.node_numbers())
+    drop_caches(lab, numbers)
+    return [v for v in (whole_node_mb(lab, n) for n in numbers) if v is not None]
 
 
 def nested_node(lab, number: int) -> dict:
@@ -73,8 +103,7 @@ def _daemons(part: str, procs: list[procmem.Proc]) -> dict:
 
 
 def flat_node(lab, number: int) -> dict:
-    container = lab.client.containers.get(topo.parent_container(lab.record.lab, number))
-    pid = int(container.attrs["State"]["Pid"])
+    pid = _node_pid(lab, number)
     procs = procmem.processes()
     components = {name: procmem.pss_mb(procmem.descendants(p, procs))
                   for name, p in flat.component_pids(pid).items()}
@@ -114,7 +143,8 @@ def run(bench: Bench) -> dict:
             result["ksm"] = {"merged": merged, "waited_s": round(time.monotonic() - start, 1),
                              **(ksm.state() or {})}
         measure = nested_node if kind == "nested" else flat_node
-        nodes = [measure(lab, n) for n in lab.shape.node_numbers()]
+        before = drop_caches(lab, lab.shape.node_numbers())
+        nodes = [{**measure(lab, n), **before[n]} for n in lab.shape.node_numbers()]
         result[kind] = {"lab": lab.record.lab, "nodes": nodes, "summary": condense(nodes)}
     host_ovs = [procmem.Proc(pid, 0, "") for pid in procmem.host_ovs_pids()]
     result["main_ovs_mb"] = procmem.pss_mb(host_ovs)
@@ -136,17 +166,26 @@ def run(bench: Bench) -> dict:
            "$NESTEDNET_KSM=0 to not)" if engine.ksm_offered()
            else "; nested nodes do not use it ($NESTEDNET_KSM=0; unset, they offer their "
                 "internal OVS: about 9 MB a node less)"))
-    result["notes"].append("whole node = the node container's cgroup minus inactive page "
-                           "cache (in brackets: its anonymous memory); daemons = PSS (in "
-                           "brackets its anonymous part: file pages "
-                           "of binaries are shared by all nodes and charged to whichever "
-                           "cgroup read them first, so PSS can exceed the node's cgroup "
-                           "figure)")
+    dropped = all(n["cache_dropped"] for kind in ("nested", "flat")
+                  for n in result[kind]["nodes"])
+    result["notes"].append(
+        "whole node = the node container's cgroup minus inactive page cache (in brackets: "
+        "its anonymous memory), "
+        + (f"measured {REFAULT_S:g} s after the kernel was asked to drop the node's page "
+           "cache (its memory cgroup's reclaim, no swap on: anonymous memory stays), so "
+           "a file every node reads counts for none rather than for whichever read it "
+           "first; 'cache not dropped' = the same figure just before"
+           if dropped else "its page cache NOT dropped first (swap on, or its cgroup "
+           "cannot be written): the figure includes shared files' pages charged to "
+           "whichever node read them first")
+        + "; daemons = PSS (in brackets its anonymous part: file pages of binaries are "
+          "shared by all nodes, so PSS can exceed the node's cgroup figure)")
     return result
 
 
 # Our parts -> Table I's rows (the paper counts one component container per row).
-PAPER_ROWS = {"node_total_mb": "single_node_mb", "node_awake_mb": "single_node_mb",
+PAPER_ROWS = {"node_total_mb": "single_node_mb", "node_cached_mb": "single_node_mb",
+              "node_awake_mb": "single_node_mb",
               "gnab_mb": "component_container_mb",
               "iphy_mb": "component_container_mb",
               "inner_daemon_mb": "internal_docker_daemon_mb",

@@ -43,8 +43,7 @@ def run(bench: Bench) -> dict:
                 lab, meta = bench.create(LabSpec(kind, n, p["iphys"]))
                 try:
                     busy.append(cpu_busy_percent(p["idle_s"]))
-                    node_mb += [v for v in (memory.whole_node_mb(lab, i)
-                                            for i in lab.shape.node_numbers()) if v is not None]
+                    node_mb += memory.whole_nodes_mb(lab)
                 finally:
                     bench.release(lab)
                 times.append(meta["create_s"])

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from nestednet.bench.common import cpu_busy_percent
-from nestednet.bench.memory import whole_node_mb
+from nestednet.bench.memory import whole_nodes_mb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab import designs
 from nestednet.lab.nodes import Lab
@@ -96,8 +96,7 @@ def main() -> None:
     out["create_phases"] = done.stdout[done.stdout.find("phase"):].strip()
     try:
         lab = Lab.open(args.lab)
-        memory = [mb for mb in (whole_node_mb(lab, n) for n in lab.shape.node_numbers())
-                  if mb is not None]
+        memory = whole_nodes_mb(lab)
         out["memory_mb_per_node"] = {"median": statistics.median(memory),
                                      "min": min(memory), "max": max(memory)}
         out["idle_busy_percent"] = [cpu_busy_percent(30) for _ in range(3)]

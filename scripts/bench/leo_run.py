@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import ksm
-from nestednet.bench.memory import whole_node_mb
+from nestednet.bench.memory import whole_nodes_mb
 from nestednet.lab.engine import ksm_offered
 from nestednet.lab.nodes import Lab
 from nestednet.model.scenario_file import load_scenario
@@ -131,8 +131,7 @@ def main() -> None:
         # for good (a later `run` then hung in its route watch): let the parks finish.
         time.sleep(PARK_SETTLE_S)
         lab = Lab.open(args.lab)
-        memory = [mb for mb in (whole_node_mb(lab, n) for n in lab.shape.node_numbers())
-                  if mb is not None]
+        memory = whole_nodes_mb(lab)
         out["memory_mb_per_node"] = {"median": statistics.median(memory),
                                      "min": min(memory), "max": max(memory)}
         until = args.until if args.until is not None else scenario.duration
