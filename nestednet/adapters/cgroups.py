@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import errno
+import subprocess
+import sys
 from pathlib import Path
+
+DROP_TIMEOUT_S = 10.0
 
 
 def memory_cgroup(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup"
@@ -61,7 +64,8 @@ def swap_active(proc: str = "/proc") -> bool:
         return True
 
 
-def drop_cache(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> bool:
+def drop_cache(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup",
+               timeout: float = DROP_TIMEOUT_S) -> bool:
     """Have the kernel reclaim what it can from host process ``pid``'s memory cgroup and
     all below it, so what stays is what the cgroup holds, not page cache it happened to
     read first (a shared file's pages are charged to whichever cgroup read them first).
@@ -70,6 +74,12 @@ def drop_cache(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") ->
     kernel caches; anonymous memory stays. So it refuses (False) when swap is on, and
     when the cgroup cannot be found or written. cgroup v1: `memory.force_empty` (which
     works on a cgroup with tasks); v2: `memory.reclaim`.
+
+    Both loop in the kernel for as long as reclaim frees something, which on a cgroup
+    whose processes keep touching files can be for ever (seen: 12 nodes with awake
+    engines on one emulated host, minutes). So a child process writes the file and is
+    killed after ``timeout`` seconds, which ends the loop; what was dropped by then
+    stays dropped, and that counts as done.
     """
     if swap_active(proc):
         return False
@@ -77,15 +87,27 @@ def drop_cache(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") ->
     if found is None:
         return False
     base, v1 = found
+    path, value = ((base / "memory.force_empty", "0") if v1
+                   else (base / "memory.reclaim", str(1 << 40)))
+    if not path.exists():
+        return False
     try:
-        if v1:
-            (base / "memory.force_empty").write_text("0")
-        else:
-            (base / "memory.reclaim").write_text(str(1 << 40))
-    except OSError as exc:
-        # memory.reclaim says EAGAIN when it freed less than asked, i.e. all it could.
-        return exc.errno == errno.EAGAIN
-    return True
+        done = subprocess.run([sys.executable, "-c", _WRITE, str(path), value],
+                              capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return True
+    return done.returncode == 0
+
+
+_WRITE = """
+import errno, sys
+try:
+    with open(sys.argv[1], "w") as f:
+        f.write(sys.argv[2])
+except OSError as exc:
+    # memory.reclaim says EAGAIN when it freed less than asked, i.e. all it could.
+    sys.exit(0 if exc.errno == errno.EAGAIN else 1)
+"""
 
 
 def oom_counter(pid: int, proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> Path | None:
