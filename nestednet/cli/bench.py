@@ -142,12 +142,11 @@ def _capacity(model: dict, as_json: bool) -> None:
     from nestednet.model import capacity as cap
 
     planes, per_plane = _shell(model["shell"] or "72x22")
-    costs = cap.MEASURED
+    costs = cap.MODEL
     if model["costs"] is not None:
         try:
-            doc = json.loads(model["costs"].read_text())
-            costs = cap.Costs.from_dict(doc.get("costs", doc))
-        except (ValueError, TypeError) as exc:
+            costs = cap.CostModel.from_dict(json.loads(model["costs"].read_text()), cap.MODEL)
+        except (ValueError, TypeError, AttributeError) as exc:
             raise click.BadParameter(f"{model['costs']}: {exc}", param_hint="--costs") from None
     stations = 100 if model["stations"] is None else model["stations"]
     ground = 1 if model["ground_links"] is None else model["ground_links"]
@@ -156,18 +155,18 @@ def _capacity(model: dict, as_json: bool) -> None:
                         memory_mb=(model["host_memory_gb"] or 64.0) * 1024,
                         headroom=model["headroom"] or 0.8)
     try:
-        p = cap.hosts_needed(costs, workload, host)
+        p = cap.plan(costs, workload, host)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if as_json:
-        print_json({**p.as_dict(), "costs": costs.as_dict()})
+        print_json(p.as_dict())
         return
-    each = cap.node_usage(costs, workload.iphys, workload.links / workload.nodes)
+    each = cap.node_usage(p.costs, workload.iphys, workload.links / workload.nodes)
     out_console.print(
         f"{planes} x {per_plane} shell (+Grid) and {stations} ground stations: "
         f"{workload.nodes} nodes x (1 + {workload.iphys}), {workload.links} links\n"
-        f"per node {each.memory_mb:.1f} MB, {each.cores * 1000:.1f} millicores "
-        f"(costs measured {costs.measured})\n"
+        f"per node {each.memory_mb:.1f} MB, {each.cores * 1000:.1f} millicores, as a "
+        f"node of a lab on {p.placement} (costs measured {p.costs.measured})\n"
         f"host {host.cores:g} cores / {host.memory_mb / 1024:g} GB, "
         f"{host.headroom:.0%} planned: {p.nodes_per_host} nodes a host ({p.bound} binds)\n"
         f"hosts needed: {p.hosts}; each about {p.per_host.memory_mb / 1024:.1f} GB and "

@@ -16,7 +16,7 @@ Docs: docs/capacity.md (constants, their date and load, and the 2-host check).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,33 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class CostModel:
+    """Unit costs per placement. A lab on one host parks its nodes' engines and offers
+    their switches to KSM; a lab over several hosts keeps every node's engine running
+    (parking needs dockerd's --live-restore, which swarm mode refuses) and does not,
+    so its nodes cost about twice as much. Each set is measured on labs of its own
+    kind (`scripts/bench/capacity.py costs` and `check --fit`)."""
+
+    one_host: Costs
+    multi_host: Costs
+
+    @classmethod
+    def from_dict(cls, doc: dict, default: CostModel) -> CostModel:
+        """A costs file: ``costs`` (one host) and/or ``multihost_costs``. A file with
+        only ``costs`` gives them for both placements (a user's own measurements are
+        taken as they are); a file with only ``multihost_costs`` keeps ``default``'s
+        one-host set."""
+        one = doc.get("costs")
+        multi = doc.get("multihost_costs")
+        if one is None and multi is None:
+            one = doc  # a bare Costs object
+        one_host = Costs.from_dict(one) if one is not None else default.one_host
+        multi_host = Costs.from_dict(multi) if multi is not None else (
+            one_host if one is not None else default.multi_host)
+        return cls(one_host, multi_host)
+
+
+@dataclass(frozen=True)
 class Prediction:
     workload: Workload
     host: HostSpec
@@ -86,12 +113,16 @@ class Prediction:
     """A host's use (base included) with the nodes spread evenly over ``hosts``."""
     total: Usage
     """The lab alone, all hosts together (no host bases)."""
+    costs: Costs
+    """The unit costs used (CostModel: one host's or several hosts')."""
+    placement: str = "one host"
 
     def as_dict(self) -> dict:
         return {"workload": asdict(self.workload), "host": asdict(self.host),
                 "hosts": self.hosts, "nodes_per_host": self.nodes_per_host,
                 "bound": self.bound, "per_host": asdict(self.per_host),
-                "total": asdict(self.total)}
+                "total": asdict(self.total), "placement": self.placement,
+                "costs": self.costs.as_dict()}
 
 
 def node_usage(costs: Costs, iphys: int, links_per_node: float) -> Usage:
@@ -128,7 +159,16 @@ def hosts_needed(costs: Costs, workload: Workload, host: HostSpec) -> Prediction
     total = lab_usage(costs, workload.nodes, workload.iphys, workload.links)
     per_host = Usage(costs.host_base_mb + total.memory_mb / hosts,
                      costs.host_base_cores + total.cores / hosts)
-    return Prediction(workload, host, hosts, int(fit), bound, per_host, total)
+    return Prediction(workload, host, hosts, int(fit), bound, per_host, total, costs)
+
+
+def plan(model: CostModel, workload: Workload, host: HostSpec) -> Prediction:
+    """The fewest hosts for ``workload``: with one host's costs if one host holds it,
+    else with several hosts' (every node then costs what a multi-host node does)."""
+    one = hosts_needed(model.one_host, workload, host)
+    if one.hosts == 1:
+        return one
+    return replace(hosts_needed(model.multi_host, workload, host), placement="several hosts")
 
 
 def walker_grid(planes: int, per_plane: int, stations: int, ground_links: int = 1,
@@ -157,3 +197,14 @@ MEASURED = Costs(node_mb=33.25, iphy_mb=1.183, host_node_mb=2.52, host_port_mb=1
                  measured="2026-11-26 20:14 UTC, 2 cores, 1-min load 7.5-12.8, "
                           "sizes 12x4, 48x4, 12x8 (docs/capacity.md)")
 """Measured here by scripts/bench/capacity.py costs (docs/capacity.md)."""
+
+MEASURED_MULTIHOST = Costs(node_mb=59.02, iphy_mb=1.183, host_node_mb=3.86, host_port_mb=0.0,
+                           link_mb=0.013, node_cores=0.003,
+                           measured="2026-11-27 11:29 UTC, 2 cores, 1-min load 0.3-1.8, "
+                                    "12x4 over two emulated hosts (docs/capacity.md)")
+"""Fitted by scripts/bench/capacity.py check --nodes 12 --fit (docs/capacity.md): a node
+of a lab over several hosts, its engine awake; per iPHY and per link from MEASURED, the
+host ports folded into host_node_mb."""
+
+MODEL = CostModel(one_host=MEASURED, multi_host=MEASURED_MULTIHOST)
+"""The model `nestednet bench capacity` uses unless given --costs."""

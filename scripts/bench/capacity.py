@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import ksm
-from nestednet.adapters.cgroups import cgroup_memory, directory_memory, memory_cgroup
+from nestednet.adapters.cgroups import cgroup_memory, directory_memory, drop_cache, memory_cgroup
 from nestednet.api.lab import Lab
+from nestednet.bench.memory import REFAULT_S
 from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
 from nestednet.lab import engine
 from nestednet.model import capacity as cap
@@ -85,6 +86,15 @@ def rate(sample, seconds: float) -> float:
     return (sample() - a) / seconds
 
 
+def held_node_mb(pids: list[int]) -> list[float]:
+    """Each parent's `used` MB once its page cache is dropped (bench memory's measure)."""
+    os.sync()
+    for pid in pids:
+        drop_cache(pid)
+    time.sleep(REFAULT_S)
+    return [cgroup_memory(p)["used"] / MB for p in pids]
+
+
 def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) -> dict:
     load = os.getloadavg()
     ovs = ovs_pid()
@@ -99,7 +109,7 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
         merged = offered and ksm.wait_passes()
         pids = parent_pids(lab)
         shims = [ppid(p) for p in pids]
-        node_mb = [cgroup_memory(p)["used"] / MB for p in pids]
+        node_mb = held_node_mb(pids)
         shim_mb = [proc_rss_mb(s, "RssAnon") for s in shims]
         ovs_mb1 = proc_rss_mb(ovs)
 
@@ -114,7 +124,7 @@ def measure(name: str, nodes: int, iphys: int, idle: float, settle: float, log) 
         link_s = time.monotonic() - t
         time.sleep(settle)
         ovs_mb2 = proc_rss_mb(ovs)
-        node_mb_linked = [cgroup_memory(p)["used"] / MB for p in pids]
+        node_mb_linked = held_node_mb(pids)
     result = {
         "nodes": nodes, "iphys": iphys, "links": links, "create_s": round(create_s, 1),
         "ksm_offered": offered, "ksm_merged": merged,
@@ -205,10 +215,47 @@ def emulated_hosts_module():
     return emulated_hosts
 
 
+def held_mb(pids: dict[str, int]) -> dict[str, float]:
+    """Each emulated host's `used` MB once the kernel has dropped its page cache (as
+    `nestednet bench memory` takes a node: the images it loaded and the nodes' data-root
+    clones it wrote are cache, not what the lab holds)."""
+    os.sync()
+    dropped = {n: drop_cache(p) for n, p in pids.items()}
+    time.sleep(REFAULT_S)
+    if not all(dropped.values()):
+        print("warning: page cache not dropped (swap on, or cgroup not writable)",
+              file=sys.stderr)
+    return {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+
+
+def fit_multihost(base: cap.Costs, rows: list[dict], iphys: int) -> cap.Costs:
+    """Several hosts' unit costs from one check run: a node's own cost from its parent's
+    cgroup, the host side per node from what grew outside the parents, its iPHYs' host
+    ports included (`host_port_mb` 0: one run has one iPHY count, and the one-host
+    per-port figure was fitted on an mlocked OVS, more than these hosts' ports cost);
+    the per-iPHY and per-link costs are taken from ``base``."""
+    nodes = sum(r["nodes"] for r in rows)
+    node_mb = sum(r["parents_mb_mean"] * r["nodes"] for r in rows) / nodes
+    outside = sum(r["outside_parents_mb"] for r in rows)
+    links = sum(r["links_share"] for r in rows)
+    cores = sum(r["measured_cores"] for r in rows)
+    return cap.Costs(
+        node_mb=round(node_mb - iphys * base.iphy_mb, 2), iphy_mb=base.iphy_mb,
+        host_node_mb=round((outside - links * base.link_mb) / nodes, 2),
+        host_port_mb=0.0, link_mb=base.link_mb,
+        node_cores=round(cores / nodes, 4), host_base_mb=base.host_base_mb,
+        host_base_cores=base.host_base_cores,
+        measured=(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                  f"{os.cpu_count()} cores, scripts/bench/capacity.py check --nodes {nodes} "
+                  f"--iphys {iphys} (two emulated hosts); per iPHY and link from the "
+                  f"one-host costs, ports in host_node_mb"))
+
+
 def check(args, log) -> dict:
-    """Model vs a lab spread over two emulated hosts."""
-    costs = (cap.Costs.from_dict(json.loads(Path(args.costs).read_text())["costs"])
-             if args.costs else cap.MEASURED)
+    """Model vs a lab spread over two emulated hosts (several hosts' costs)."""
+    model = (cap.CostModel.from_dict(json.loads(Path(args.costs).read_text()), cap.MODEL)
+             if args.costs else cap.MODEL)
+    costs = model.multi_host
     eh = emulated_hosts_module()
     t = time.monotonic()
     hosts = eh.start(args.prefix, subnet=args.subnet)
@@ -216,7 +263,7 @@ def check(args, log) -> dict:
     try:
         pids = {n: hosts.local[n].pid for n in hosts.names}
         time.sleep(args.settle)
-        mem0 = {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+        mem0 = held_mb(pids)
         kinds0 = {n: memory_breakdown(p) for n, p in pids.items()}
         before = {n: set(container_cgroups(p)) for n, p in pids.items()}
         cpu_before = {n: rate(lambda p=p: cgroup_cpu_s(p), args.idle / 2)
@@ -231,7 +278,7 @@ def check(args, log) -> dict:
             for host in lab.status()["placement"].values():
                 placed[host] += 1
             time.sleep(args.settle)
-            mem1 = {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
+            mem1 = held_mb(pids)
             kinds1 = {n: memory_breakdown(p) for n, p in pids.items()}
             # The lab's parents are the containers that were not there before it.
             parents = {n: [mb for cid, mb in container_cgroups(p).items()
@@ -262,10 +309,17 @@ def check(args, log) -> dict:
                 "predicted_cores": round(predicted.cores, 4),
                 "cpu_error": (round(cap.relative_error(predicted.cores, measured_cores), 3)
                               if measured_cores > 0 else None)})
-        return {"nodes": args.nodes, "iphys": args.iphys, "links": links,
+        out = {"nodes": args.nodes, "iphys": args.iphys, "links": links,
                 "create_s": round(create_s, 1), "load_before": [round(x, 2) for x in load],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
                 "costs": costs.as_dict(), "hosts": rows}
+        if args.fit:
+            fitted = fit_multihost(model.one_host, rows, args.iphys)
+            Path(args.fit).write_text(json.dumps(
+                {"costs": model.one_host.as_dict(), "multihost_costs": fitted.as_dict()},
+                indent=2) + "\n")
+            out["fitted_multihost_costs"] = fitted.as_dict()
+        return out
     finally:
         hosts.close()
 
@@ -278,7 +332,10 @@ def main() -> int:
     k = sub.add_parser("check", help="model vs a lab over two emulated hosts")
     k.add_argument("--nodes", type=int, default=24)
     k.add_argument("--iphys", type=int, default=4)
-    k.add_argument("--costs", help="a JSON file from `costs` (default: the model's constants)")
+    k.add_argument("--costs", help="a JSON file from `costs` or `check --fit` (default: "
+                   "the model's constants); the prediction uses its several-hosts costs")
+    k.add_argument("--fit", metavar="OUT", help="also fit several hosts' costs on this run "
+                   "and write them, with the one-host costs used, to OUT (for --costs)")
     k.add_argument("--prefix", default="cap31-emu")
     k.add_argument("--subnet", default="10.232.0.0/24")
     for p in (c, k):

@@ -55,6 +55,38 @@ def test_cpu_cheap_nodes_are_memory_bound():
     assert p.hosts == 2
 
 
+def test_plan_uses_several_hosts_costs_once_one_host_is_not_enough():
+    one = cap.Costs(**{**COSTS.as_dict(), "node_cores": 0.001})
+    multi = cap.Costs(**{**one.as_dict(), "node_mb": 60.0})
+    model = cap.CostModel(one_host=one, multi_host=multi)
+    host = cap.HostSpec(cores=16, memory_mb=64000)
+    # 1000 nodes fit one host at 35.5 MB (1414 a host): one host's costs.
+    p = cap.plan(model, cap.Workload(nodes=1000, iphys=4, links=1000), host)
+    assert (p.hosts, p.placement, p.costs) == (1, "one host", one)
+    # 2000 need two at 35.5 MB, so every node is a multi-host one: 60 + 4 + 3 + 8 + 0.5
+    # = 75.5 MB -> floor(50200 / 75.5) = 664 a host -> ceil(2000 / 664) = 4 hosts.
+    p = cap.plan(model, cap.Workload(nodes=2000, iphys=4, links=2000), host)
+    assert (p.hosts, p.nodes_per_host, p.placement, p.costs) == (4, 664, "several hosts",
+                                                                 multi)
+    assert p.as_dict()["costs"]["node_mb"] == 60.0
+
+
+def test_cost_model_from_a_costs_file():
+    other = cap.Costs(**{**COSTS.as_dict(), "node_mb": 99.0})
+    default = cap.CostModel(one_host=COSTS, multi_host=other)
+    mine = cap.Costs(**{**COSTS.as_dict(), "node_mb": 7.0})
+    assert cap.CostModel.from_dict({"costs": mine.as_dict()}, default) == cap.CostModel(
+        mine, mine)
+    assert cap.CostModel.from_dict(mine.as_dict(), default) == cap.CostModel(mine, mine)
+    assert cap.CostModel.from_dict({"multihost_costs": mine.as_dict()},
+                                   default) == cap.CostModel(COSTS, mine)
+    assert cap.CostModel.from_dict({"costs": COSTS.as_dict(),
+                                    "multihost_costs": mine.as_dict()},
+                                   default) == cap.CostModel(COSTS, mine)
+    with pytest.raises(ValueError, match="unknown cost field"):
+        cap.CostModel.from_dict({"multihost_costs": {"bogus": 1}}, default)
+
+
 def test_lab_usage_is_linear():
     # 12 nodes x 4 iPHYs, 24 links: 12 * (20+4+3+8) + 24 * 0.5 = 432 MB; 0.12 cores.
     u = cap.lab_usage(COSTS, 12, 4, 24)
