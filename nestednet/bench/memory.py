@@ -9,6 +9,7 @@ bridge in the host's OVS). Plus the host's main OVS daemons, which all labs shar
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def drop_caches(lab, numbers) -> dict[int, dict]:
     moved a node's figure from 21 to 72 MB between otherwise alike runs. REFAULT_S
     later the node has taken back what it touches while parked."""
     found = {}
+    os.sync()  # dirty pages cannot be dropped until written
     for number in numbers:
         pid = _node_pid(lab, number)
         found[number] = {"node_cached_mb": _mb(cgroup_memory(pid)),

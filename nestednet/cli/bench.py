@@ -64,7 +64,8 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None
               help="capacity: share of each host planned for (default 0.8).")
 @click.option("--costs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="capacity: unit costs measured by scripts/bench/capacity.py "
-                                 "costs (default: the constants in docs/capacity.md).")
+                                 "costs (one host) or check --fit (one and several hosts; "
+                                 "default: the constants in docs/capacity.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON too.")
 def bench(experiment: str, quick: bool, out: Path | None, seed: int, nodes: tuple[int, ...],
           repeats: int | None, as_json: bool, **model: object) -> None:
