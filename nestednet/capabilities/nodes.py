@@ -207,11 +207,21 @@ def locked_kb(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> int | No
     return None
 
 
+def on_jemalloc(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> bool | None:
+    """Whether the host's ovs-vswitchd allocates with jemalloc (None: not found). On
+    glibc's malloc it keeps the peak of its heap after labs are gone (docs/setup.md)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text().strip())
+        return "/libjemalloc" in Path(f"{proc}/{pid}/maps").read_text()
+    return None
+
+
 def memory_check(ksm_dir: Path = ksm.KSM_DIR, pidfile: Path = VSWITCHD_PIDFILE,
                  proc: str = "/proc") -> Check:
-    """Two host settings that set what nodes cost in memory: same-page merging for the
-    nested nodes' internal switches, and whether the host's ovs-vswitchd is mlocked
-    (ovs-ctl's default; every page it maps then stays resident). Neither stops create."""
+    """Three host settings that set what nodes cost in memory: same-page merging for the
+    nested nodes' internal switches, whether the host's ovs-vswitchd is mlocked
+    (ovs-ctl's default; every page it maps then stays resident), and its allocator.
+    None stops create."""
     problems, fixes, facts = [], [], []
     state = ksm.state(ksm_dir)
     if state and state["run"] == 1:
@@ -228,4 +238,12 @@ def memory_check(ksm_dir: Path = ksm.KSM_DIR, pidfile: Path = VSWITCHD_PIDFILE,
                      "(docs/setup.md)")
     elif locked == 0:
         facts.append("host ovs-vswitchd not mlocked")
+    jemalloc = on_jemalloc(pidfile, proc)
+    if jemalloc is False:
+        problems.append("host ovs-vswitchd on glibc malloc (keeps its peak memory after "
+                        "labs are deleted)")
+        fixes.append("while no lab runs: `/usr/share/openvswitch/scripts/ovs-ctl stop`, "
+                     "then scripts/setup (starts it on jemalloc)")
+    elif jemalloc:
+        facts.append("on jemalloc")
     return Check("memory", not problems, "; ".join(problems + facts), "; ".join(fixes))

@@ -91,11 +91,18 @@ def test_ksm_merge_wrapper_passes_arguments_and_exit_status():
     assert done.stdout == "a b c\n"
 
 
-def _vswitchd(tmp_path: Path, locked_kb: int) -> tuple[Path, str]:
+JEMALLOC_MAP = ("7f4b1c000000-7f4b1c02a000 r--p 00000000 fe:00 1234   "
+                "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2\n")
+LIBC_MAP = ("7f4b1d000000-7f4b1d026000 r--p 00000000 fe:00 99   "
+            "/usr/lib/x86_64-linux-gnu/libc.so.6\n")
+
+
+def _vswitchd(tmp_path: Path, locked_kb: int, jemalloc: bool = True) -> tuple[Path, str]:
     proc = tmp_path / "proc"
     (proc / "4242").mkdir(parents=True)
     (proc / "4242" / "status").write_text(f"Name:\tovs-vswitchd\nVmLck:\t  {locked_kb} kB\n"
                                           "VmRSS:\t 9000 kB\n")
+    (proc / "4242" / "maps").write_text((JEMALLOC_MAP if jemalloc else "") + LIBC_MAP)
     pidfile = tmp_path / "ovs-vswitchd.pid"
     pidfile.write_text("4242\n")
     return pidfile, str(proc)
@@ -107,17 +114,18 @@ def test_memory_check_ok_with_ksm_on_and_no_mlock(tmp_path):
     (tmp_path / "k").mkdir()
     check = memory_check(fake_ksm(tmp_path / "k"), pidfile, proc)
     assert check.ok and not check.needed_for_create
-    assert check.detail == "KSM on; host ovs-vswitchd not mlocked"
+    assert check.detail == "KSM on; host ovs-vswitchd not mlocked; on jemalloc"
 
 
 def test_memory_check_names_both_problems_and_fixes(tmp_path):
     from nestednet.capabilities.nodes import memory_check
     (tmp_path / "k").mkdir()
-    pidfile, proc = _vswitchd(tmp_path, 800 * 1024)
+    pidfile, proc = _vswitchd(tmp_path, 800 * 1024, jemalloc=False)
     check = memory_check(fake_ksm(tmp_path / "k", run=0), pidfile, proc)
     assert not check.ok
     assert "KSM off" in check.detail and "mlocked (800 MB locked)" in check.detail
-    assert "/run" in check.fix and "--no-mlockall" in check.fix
+    assert "glibc malloc" in check.detail
+    assert "/run" in check.fix and "--no-mlockall" in check.fix and "ovs-ctl stop" in check.fix
     absent = memory_check(tmp_path / "nowhere", tmp_path / "no.pid", proc)
     assert not absent.ok and absent.detail.startswith("KSM absent") and absent.fix == ""
 
