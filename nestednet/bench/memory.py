@@ -41,19 +41,26 @@ def params(quick: bool) -> dict:
     return {"nodes": 4, "iphys": 4, "settle_s": 3 if quick else 10}
 
 
-def drop_caches(lab, numbers) -> dict[int, dict]:
-    """Each node's figure as found, then its page cache dropped (adapters.cgroups.
-    drop_cache), so the measure that follows counts what the node holds, not which
-    node first read a file every node shares (the image's binaries): that charge
-    moved a node's figure from 21 to 72 MB between otherwise alike runs. REFAULT_S
-    later the node has taken back what it touches while parked."""
-    found = {}
+def drop_page_caches(pids: list[int]) -> list[bool]:
+    """Drop the page cache of each of these processes' memory cgroups (adapters.cgroups.
+    drop_cache), then wait REFAULT_S for what they touch to come back: the measure that
+    follows counts what they hold, not which one first read a file all of them share
+    (the image's binaries), a charge that moved a node's figure from 21 to 72 MB
+    between otherwise alike runs. Whether each was dropped, in order."""
     os.sync()  # dirty pages cannot be dropped until written
-    for number in numbers:
-        pid = _node_pid(lab, number)
-        found[number] = {"node_cached_mb": _mb(cgroup_memory(pid)),
-                         "cache_dropped": drop_cache(pid)}
+    dropped = [drop_cache(pid) for pid in pids]
     time.sleep(REFAULT_S)
+    return dropped
+
+
+def drop_caches(lab, numbers) -> dict[int, dict]:
+    """Each node's figure as found ("cache not dropped"), then its page cache dropped
+    (drop_page_caches)."""
+    pids = {number: _node_pid(lab, number) for number in numbers}
+    found = {number: {"node_cached_mb": _mb(cgroup_memory(pid))}
+             for number, pid in pids.items()}
+    for number, dropped in zip(pids, drop_page_caches(list(pids.values())), strict=True):
+        found[number]["cache_dropped"] = dropped
     return found
 
 
@@ -66,17 +73,12 @@ def _mb(memory: dict | None, key: str = "used") -> float | None:
     return round(memory[key] / MB, 2) if memory else None
 
 
-def whole_node_mb(lab, number: int) -> float | None:
-    """The node container's cgroup figure alone (both designs): cheap enough for every
-    node of a large lab."""
-    return _mb(cgroup_memory(_node_pid(lab, number)))
-
-
 def whole_nodes_mb(lab) -> list[float]:
-    """Every node's whole figure, taken as `run` takes it (page cache dropped first)."""
-    numbers = list(lab.shape.node_numbers())
-    drop_caches(lab, numbers)
-    return [v for v in (whole_node_mb(lab, n) for n in numbers) if v is not None]
+    """Every node's whole figure (its container's cgroup alone, both designs: cheap
+    enough for every node of a large lab), page cache dropped first as `run` does."""
+    pids = [_node_pid(lab, n) for n in lab.shape.node_numbers()]
+    drop_page_caches(pids)
+    return [v for v in (_mb(cgroup_memory(pid)) for pid in pids) if v is not None]
 
 
 def nested_node(lab, number: int) -> dict:

@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 from nestednet.adapters import ksm
-from nestednet.adapters.cgroups import cgroup_memory, directory_memory, drop_cache, memory_cgroup
+from nestednet.adapters.cgroups import cgroup_memory, directory_memory, memory_cgroup
 from nestednet.api.lab import Lab
-from nestednet.bench.memory import REFAULT_S
+from nestednet.bench.memory import drop_page_caches
 from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
 from nestednet.lab import engine
 from nestednet.model import capacity as cap
@@ -88,10 +88,7 @@ def rate(sample, seconds: float) -> float:
 
 def held_node_mb(pids: list[int]) -> list[float]:
     """Each parent's `used` MB once its page cache is dropped (bench memory's measure)."""
-    os.sync()
-    for pid in pids:
-        drop_cache(pid)
-    time.sleep(REFAULT_S)
+    drop_page_caches(pids)
     return [cgroup_memory(p)["used"] / MB for p in pids]
 
 
@@ -219,10 +216,7 @@ def held_mb(pids: dict[str, int]) -> dict[str, float]:
     """Each emulated host's `used` MB once the kernel has dropped its page cache (as
     `nestednet bench memory` takes a node: the images it loaded and the nodes' data-root
     clones it wrote are cache, not what the lab holds)."""
-    os.sync()
-    dropped = {n: drop_cache(p) for n, p in pids.items()}
-    time.sleep(REFAULT_S)
-    if not all(dropped.values()):
+    if not all(drop_page_caches(list(pids.values()))):
         print("warning: page cache not dropped (swap on, or cgroup not writable)",
               file=sys.stderr)
     return {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
