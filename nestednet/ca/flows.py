@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 from collections.abc import Callable
 
 from nestednet.adapters import openflow
@@ -28,83 +29,154 @@ HostsDone = Callable[[str, int, dict[str, float]], None]
 """(op "add" or "remove", links in the batch, host -> seconds until its flows were in)."""
 
 
+SESSIONS = 8
+"""OpenFlow sessions a MainBridgeInstaller spreads its batches over. ovs-vswitchd's main
+thread reads at most 50 messages from one session per pass of its loop, and on the
+userspace datapath every pass also polls every port: with 1,000 ports (a 250 x 4 lab) a
+pass took ~6.5 ms here, so one session put a 2,000-link batch in in 450 ms and 8 put it
+in in 160 ms (docs/benchmarks.md, "Flows over several sessions")."""
+PASS_MESSAGES = 50
+"""A part of a batch fills one pass of the switch's loop (a link added is two flow-mods,
+one removed is one): a smaller batch stays on one session, a larger one goes over as
+many as it fills."""
+
+
 class MainBridgeInstaller:
     """Installs and removes the flow pair of each link, a whole batch at a time.
 
-    Uses a persistent OpenFlow session (openflow.Channel), opened on first use and
-    kept for the life of the installer: the CA changes flows many times per step.
+    Over ``sessions`` persistent OpenFlow sessions (openflow.Channel), opened on first
+    use and kept for the life of the installer: the CA changes flows many times per
+    step, and a big batch is split over the sessions so the switch reads its parts in
+    the same passes (SESSIONS). Splitting needs no ordering between sessions: the links
+    in flight never share a port or a cookie (an iPHY is in one link at a time, and
+    `remove` first waits for every batch sent before it).
     """
 
     def __init__(self, bridge: str, port_of: PortOf, cookie_of: CookieOf,
-                 rundir: str = "/var/run/openvswitch") -> None:
+                 rundir: str = "/var/run/openvswitch", *, sessions: int = SESSIONS) -> None:
+        if sessions < 1:
+            raise ValueError(f"sessions must be at least 1, not {sessions}")
         self.bridge = bridge
         self.rundir = rundir
         self.port_of = port_of
         self.cookie_of = cookie_of
-        self._channel: openflow.Channel | None = None
+        self.sessions = sessions
+        self._channels: list[openflow.Channel] = []
+        self._poll: select.epoll | None = None
+        self._next = 0
 
     @property
-    def channel(self) -> openflow.Channel:
-        """The session, opened on first use and again after the last one broke."""
-        if self._channel is None:
-            self._channel = openflow.Channel(self.bridge, rundir=self.rundir)
-        return self._channel
+    def channels(self) -> list[openflow.Channel]:
+        """The sessions, opened on first use and again after one broke; ``fileno`` is an
+        epoll over their sockets, so a caller watches one descriptor for all."""
+        if not self._channels:
+            try:
+                for _ in range(self.sessions):
+                    self._channels.append(openflow.Channel(self.bridge, rundir=self.rundir))
+                self._poll = select.epoll()
+                for channel in self._channels:
+                    self._poll.register(channel.fileno(), select.EPOLLIN)
+            except BaseException:
+                self.close()
+                raise
+        return self._channels
 
     def _cookie_and_ports(self, link: LinkEnds) -> tuple[int, int, int]:
         a, b = self.port_of(link.a, link.a_iphy), self.port_of(link.b, link.b_iphy)
         return self.cookie_of(a, b), a, b
 
     def open(self) -> None:
-        """Open the OpenFlow session now: the first one loads os-ken (~0.5 s here), which
+        """Open the OpenFlow sessions now: the first one loads os-ken (~0.5 s here), which
         must not land on the first link of a run. Call it on the thread that will use
         the installer: a thread that imported os-ken cannot be joined afterwards."""
-        _ = self.channel
+        _ = self.channels
+
+    def _send(self, items: list, kind: str, done: Callable[[list[str]], None]) -> None:
+        """``items`` (link pairs to add, or cookies to delete) in parts of PASS_MESSAGES
+        over the sessions, starting after the last one used; ``done(errors)`` once the
+        switch has answered every part."""
+        channels = self.channels
+        per_part = PASS_MESSAGES // 2 if kind == "add" else PASS_MESSAGES
+        count = min(len(channels), max(1, -(-len(items) // per_part)))
+        size = -(-len(items) // count)
+        parts = [items[k:k + size] for k in range(0, len(items), size)]
+        waiting, errors = [len(parts)], []
+
+        def answered(refused: list[str]) -> None:
+            errors.extend(refused)
+            waiting[0] -= 1
+            if not waiting[0]:
+                done(errors)
+
+        for part in parts:
+            channel = channels[self._next % len(channels)]
+            self._next += 1
+            channel.submit(answered, **{kind: part})
 
     def install(self, links: list[LinkEnds]) -> None:
-        self.channel.change(add=[self._cookie_and_ports(link) for link in links])
+        self._change("add", [self._cookie_and_ports(link) for link in links])
 
     def submit(self, links: list[LinkEnds], done: Callable[[Exception | None], None]) -> None:
         """Send the batch's flows without waiting; ``done(None)`` once the bridge has
-        them, ``done(error)`` if it refused any (called from ``read`` or ``wait``)."""
-        bridge = self.bridge
+        them all, ``done(error)`` if it refused any (called from ``read`` or ``wait``).
+        Batches may finish out of order: each part goes over its own session."""
+        if not links:
+            done(None)
+            return
+        self._send([self._cookie_and_ports(link) for link in links], "add",
+                   lambda errors: done(self._refused(errors) if errors else None))
 
-        def finished(errors: list[str]) -> None:
-            done(EnvironmentProblem(f"bridge {bridge} refused flow changes: "
-                                             + "; ".join(errors[:5])) if errors else None)
+    def _refused(self, errors: list[str]) -> EnvironmentProblem:
+        return EnvironmentProblem(f"bridge {self.bridge} refused flow changes: "
+                                  + "; ".join(errors[:5]))
 
-        self.channel.submit(finished, add=[self._cookie_and_ports(link) for link in links])
+    def _change(self, kind: str, items: list) -> None:
+        """``items`` in, once every batch sent before them is; an error reply raises."""
+        if not items:
+            return
+        self.wait()
+        outcome: list[list[str]] = []
+        self._send(items, kind, outcome.append)
+        self.wait()
+        if outcome[0]:
+            raise self._refused(outcome[0])
 
     def fileno(self) -> int:
-        """The open session's; ValueError when there is none (a selector then finds
-        this installer by identity to unregister it), so watching never opens one."""
-        if self._channel is None:
+        """The sessions' epoll; ValueError when none is open (a selector then finds this
+        installer by identity to unregister it), so watching never opens one."""
+        if self._poll is None:
             raise ValueError(f"no OpenFlow session with bridge {self.bridge}")
-        return self._channel.fileno()
+        return self._poll.fileno()
 
     def read(self) -> None:
         """The bridge has answered: complete the batches it has applied. A session the
-        bridge closed raises here, and the next batch opens a new one."""
+        bridge closed raises here, and the next batch opens new ones."""
         try:
-            self.channel.read()
+            for channel in self._channels:
+                channel.read()
         except Exception:
             self.close()
             raise
 
     def wait(self) -> None:
         """Until every submitted batch is complete."""
-        if self._channel is not None:
-            self._channel.wait()
+        for channel in self._channels:
+            channel.wait()
 
     def in_flight(self) -> int:
-        return self._channel.in_flight() if self._channel is not None else 0
+        return sum(channel.in_flight() for channel in self._channels)
 
     def remove(self, links: list[LinkEnds]) -> None:
-        self.channel.change(delete=[self._cookie_and_ports(link)[0] for link in links])
+        self._change("delete", [self._cookie_and_ports(link)[0] for link in links])
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        for channel in self._channels:
+            with contextlib.suppress(OSError):
+                channel.close()
+        self._channels = []
+        if self._poll is not None:
+            self._poll.close()
+            self._poll = None
 
 
 class HostsInstaller:

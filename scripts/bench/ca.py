@@ -17,6 +17,12 @@ cross step changes; `--repeats N` gives medians over N seeds. `--lab-nodes 12` a
 the containerised case: a real lab (Docker-in-Docker nodes, GNAB agents in their
 children, the lab's main bridge), made and deleted by the benchmark, stepped through
 the same way.
+
+`--ports` plugs a real port into the bridge for every iPHY (a veth whose other end
+waits in a namespace the benchmark makes), as a lab's main bridge has: on the userspace
+datapath every pass of ovs-vswitchd's loop polls every port, which is what slows flow
+installs at 250 x 4 (1,000 ports). `--sessions 1 8` compares OpenFlow session counts
+(nestednet.ca.flows.SESSIONS), alternated within each repeat.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from pathlib import Path
 
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.assistant import CommunicationAssistant, EventLog
-from nestednet.ca.flows import MainBridgeInstaller
+from nestednet.ca.flows import SESSIONS, MainBridgeInstaller
 from nestednet.ca.player import Player
 from nestednet.ca.server import ControlServer, listen
 from nestednet.capabilities.nodes import ovs_datapath
@@ -42,6 +48,8 @@ from nestednet.model.link_table import InterNodeLinks
 from nestednet.model.visibility import generate
 
 BRIDGE = "nnbench-ca"
+PORTS_NETNS = "nnbench-ca"
+PORT_PREFIX = "nncab"
 
 
 def run_agents(count: int, iphys: int, port: int) -> list[subprocess.Popen]:
@@ -55,8 +63,34 @@ def run_agents(count: int, iphys: int, port: int) -> list[subprocess.Popen]:
     return procs
 
 
+def plug_ports(count: int) -> None:
+    """Ports 1..count on the bridge, each a veth whose other end is up in PORTS_NETNS
+    (IPv6 off there, so nothing talks on them)."""
+    from nestednet.adapters import netlink
+
+    netlink.create_netns(PORTS_NETNS)
+    netlink.write_sysctls(PORTS_NETNS, {"net/ipv6/conf/default/disable_ipv6": "1",
+                                        "net/ipv6/conf/all/disable_ipv6": "1"})
+    with netlink.route() as ipr, netlink.route(PORTS_NETNS) as inside, Ovsdb() as ovs:
+        for k in range(1, count + 1):
+            name = f"{PORT_PREFIX}{k}"
+            netlink.add_veth(ipr, name, f"p{k}", b_in=PORTS_NETNS, offloads=True)
+            Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
+            netlink.up(ipr, name)
+            netlink.up(inside, f"p{k}")
+            ovs.add_port(BRIDGE, name, external_ids={"org.nestednet.bench": "ca"}, ofport=k)
+
+
+def unplug_ports() -> None:
+    """The namespace and with it every veth (both ends go with the one inside it)."""
+    from nestednet.adapters import netlink
+
+    if PORTS_NETNS in netlink.list_netns():
+        netlink.remove_netns(PORTS_NETNS)
+
+
 def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float,
-            range_: float = 250.0, pace: float = 0.0) -> dict:
+            range_: float = 250.0, pace: float = 0.0, sessions: int = 8) -> dict:
     """One run; ``pace`` > 0 plays a step every ``pace`` seconds whether or not the last
     one settled (as `nestednet run --speed 1/pace` does), else waits for each to settle."""
     scenario = generate(nodes=count, duration=steps, step=1, range_=range_,
@@ -67,7 +101,8 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
     ports = {(n, f"iphy{j}"): k * iphys + j for k, n in enumerate(names)
              for j in range(1, iphys + 1)}
     installer = MainBridgeInstaller(BRIDGE, lambda node, iphy: ports[(node, iphy)],
-                                    lambda a, b: (0xCA << 48) | (min(a, b) << 24) | max(a, b))
+                                    lambda a, b: (0xCA << 48) | (min(a, b) << 24) | max(a, b),
+                                    sessions=sessions)
     ca = CommunicationAssistant(server, table, installer,
                                 node_ids={n: i for i, n in enumerate(names, 1)},
                                 control_ips=dict.fromkeys(names, "127.0.0.1"),
@@ -109,6 +144,7 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
         server.stop()
     changed = [r["ms"] for r in results[1:] if r["links_up"] or r["links_down"]]
     return {"agents": count, "iphys": iphys, "range": range_, "pace_s": pace,
+            "sessions": sessions, "load1_after": round(os.getloadavg()[0], 2),
             "negotiation": negotiation_summary(ca.events.records), "steps": results,
             "median_ms": round(statistics.median(changed), 2) if changed else None,
             "p90_ms": round(statistics.quantiles(changed, n=10)[-1], 2)
@@ -129,7 +165,8 @@ def summarise_repeats(runs: list[dict]) -> dict:
         return round(statistics.median(values), 3) if values else None
 
     return {"agents": runs[0]["agents"], "iphys": runs[0]["iphys"], "range": runs[0]["range"],
-            "pace_s": runs[0]["pace_s"], "repeats": len(runs),
+            "pace_s": runs[0]["pace_s"], "sessions": runs[0]["sessions"],
+            "repeats": len(runs),
             "median": {"requests": med([n["requests"] for n in neg]),
                        "refused": med([n["refused"] for n in neg]),
                        "refusals": {k: med([n["refusals"].get(k, 0) for n in neg])
@@ -203,29 +240,45 @@ def main() -> None:
                         help="seconds between steps (0: wait for each step to settle)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs per agent count; the report gives medians over them")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[SESSIONS],
+                        help="OpenFlow sessions the CA spreads flows over (several: "
+                             "compared, alternated within each repeat)")
+    parser.add_argument("--ports", action="store_true",
+                        help="plug a real port into the bridge for every iPHY")
     parser.add_argument("--lab-nodes", type=int, default=0,
                         help="also measure a real containerised lab of this many nodes")
     parser.add_argument("--plot", type=Path, help="write a PNG of per-step times here")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root (creates an OVS bridge)")
+    if min(args.sessions) < 1:
+        parser.error("--sessions: at least 1")
+    unplug_ports()
     with Ovsdb() as ovs:
         ovs.del_bridge(BRIDGE)
         ovs.add_bridge(BRIDGE, datapath_type=ovs_datapath(),
                        external_ids={"org.nestednet.bench": "ca"})
     try:
-        runs = [summarise_repeats([measure(n, args.iphys, args.steps, args.seed + r,
-                                           args.settle_timeout, args.range_, args.pace)
-                                   for r in range(args.repeats)])
-                for n in args.agents]
+        if args.ports:
+            plug_ports(max(args.agents) * args.iphys)
+        runs = []
+        for n in args.agents:
+            each: dict[int, list[dict]] = {k: [] for k in args.sessions}
+            for r in range(args.repeats):
+                for k in args.sessions:
+                    each[k].append(measure(n, args.iphys, args.steps, args.seed + r,
+                                           args.settle_timeout, args.range_, args.pace, k))
+            runs += [summarise_repeats(done) for done in each.values()]
     finally:
         with Ovsdb() as ovs:
             ovs.del_bridge(BRIDGE)
+        unplug_ports()
     if args.lab_nodes:
         runs.append(measure_lab(args.lab_nodes, args.iphys, args.steps, args.seed,
                                 args.settle_timeout))
     report = {"benchmark": "ca", "cores": os.cpu_count(),
               "datapath": ovs_datapath(), "target_ms_100_nodes": 100,
+              "bridge_ports": max(args.agents) * args.iphys if args.ports else 0,
               "runs": runs}
     print(json.dumps(report, indent=2))
     if args.plot:

@@ -17,7 +17,6 @@ import time
 import pytest
 from fake_switch import ECHO_REPLY, FLOW_MOD, FakeSwitch
 
-from nestednet.adapters import openflow
 from nestednet.agent import protocol as p
 from nestednet.agent.gnab import Agent, AgentConfig
 from nestednet.ca import assistant
@@ -66,7 +65,7 @@ class SwitchInstaller(MainBridgeInstaller):
         super().__init__("br0", lambda node, iphy: ports[f"{node}/{iphy}"],
                          lambda a, b: (a << 16) | b, rundir=str(rundir))
         self.switch = FakeSwitch(rundir)
-        self._channel = openflow.Channel("br0", rundir=str(rundir), timeout=5)
+        self.open()
         self.installed: set[LinkEnds] = set()
 
     def submit(self, links, done) -> None:
@@ -535,7 +534,7 @@ def test_a_batch_after_the_bridge_closed_the_session_goes_over_a_new_one(tmp_pat
     try:
         old = installer.switch.conn
         installer.switch.hang_up()
-        _wait(lambda: installer._channel is None, "the CA to read the closed session")
+        _wait(lambda: not installer._channels, "the CA to read the closed session")
         outcome: list = []
         link = LinkEnds("n1", "iphy1", "n2", "iphy1")
 
