@@ -217,9 +217,11 @@ class NodeDesign(abc.ABC):
         return [], {}
 
     def before_use(self, lab: Lab) -> None:  # noqa: B027 (optional step, none by default)
-        """Called before a command visits every node in turn (`status`, `run`'s route
-        watch): a design whose nodes must be woken first (nested: parked inner
-        engines, nestednet.lab.engine) wakes them all at once here."""
+        """Called before a command asks every node's engine in turn (`status`): a design
+        whose nodes must be woken first (nested: parked inner engines,
+        nestednet.lab.engine) wakes them all at once here. Not for what a node's data
+        root already says (`gnab_pid`, `oom_counters`, so `run`'s watches): waking 250
+        engines at once took the machine's load to 580 at a run's first step."""
 
     def gnab_pid(self, lab: Lab, number: int) -> int:
         """The pid here of node ``number``'s GNAB, whose network namespace holds the node's

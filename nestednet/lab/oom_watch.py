@@ -42,7 +42,6 @@ class OomWatch:
     def start(self) -> OomWatch:
         design = designs.of(self.lab.meta)
         try:
-            design.before_use(self.lab)
             self.counters = design.oom_counters(self.lab)
         finally:
             design.close()

@@ -28,7 +28,6 @@ def gnab_pids(lab: Lab) -> dict[int, int]:
     the lab's design's way: here, or on the node's host (multi-host labs)."""
     design = designs.of(lab.meta)
     try:
-        design.before_use(lab)
         return {number: design.gnab_pid(lab, number) for number in lab.shape.node_numbers()}
     finally:
         design.close()
@@ -50,7 +49,6 @@ class RouteWatch:
     def start(self) -> RouteWatch:
         design = designs.of(self.lab.meta)
         try:
-            design.before_use(self.lab)
             self._sources = design.route_sources(self.lab)
         except BaseException:
             design.close()

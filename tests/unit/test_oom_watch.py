@@ -67,3 +67,33 @@ def test_the_watch_reports_new_kills_only_once_each(tmp_path):
     files[(2, "gnab")].unlink()  # the component went: no report, no error
     watch.check()
     assert seen == [(1, "iphy1", 2, 3)]
+
+
+def test_starting_the_watch_wakes_no_engine(tmp_path, monkeypatch):
+    """The counters come from the nodes' data roots: waking every parked engine at a
+    run's start (250 at once) loaded the machine just as the first step began."""
+    from types import SimpleNamespace
+
+    from nestednet.lab import designs
+
+    counter = tmp_path / "a"
+    counter.write_text(V1_CONTROL.format(2))
+    calls = []
+
+    class Design:
+        def before_use(self, lab):
+            calls.append("woken")
+
+        def oom_counters(self, lab):
+            calls.append("counters")
+            return {(1, "gnab"): counter}
+
+        def close(self):
+            calls.append("closed")
+
+    monkeypatch.setattr(designs, "of", lambda meta: Design())
+    watch = OomWatch(lab=SimpleNamespace(meta={}), on_oom=lambda *args: None, poll=60)
+    watch.start()
+    watch.stop()
+    assert calls == ["counters", "closed"]
+    assert watch._seen == {(1, "gnab"): 2}
