@@ -16,6 +16,7 @@ Docs: docs/capacity.md (constants, their date and load, and the 2-host check).
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, fields, replace
 
 
@@ -38,6 +39,11 @@ class Costs:
     host_base_mb: float = 2048.0
     """Per host, whatever the lab: OS, engine, OVS, helper. Planned, not measured."""
     host_base_cores: float = 1.0
+    host_lab_cores: float = 0.0
+    """Idle CPU a lab adds to each host it uses, whatever its node count there: over
+    two emulated hosts a lab's idle CPU was not proportional to its nodes (6 a host:
+    0.051 cores, 12: 0.069), so one size alone fits no per-node figure that holds at
+    another (docs/capacity.md)."""
     measured: str = ""
 
     def as_dict(self) -> dict:
@@ -132,11 +138,13 @@ def node_usage(costs: Costs, iphys: int, links_per_node: float) -> Usage:
     return Usage(memory, costs.node_cores)
 
 
-def lab_usage(costs: Costs, nodes: float, iphys: int, links: float) -> Usage:
+def lab_usage(costs: Costs, nodes: float, iphys: int, links: float,
+              hosts: int = 1) -> Usage:
     """The lab's part of its hosts' use (no host bases): ``nodes`` nodes and ``links``
-    links whose ends sit among them."""
+    links whose ends sit among them, on ``hosts`` hosts."""
     each = node_usage(costs, iphys, links / nodes if nodes else 0.0)
-    return Usage(nodes * each.memory_mb, nodes * each.cores)
+    return Usage(nodes * each.memory_mb,
+                 nodes * each.cores + (hosts * costs.host_lab_cores if nodes else 0.0))
 
 
 def hosts_needed(costs: Costs, workload: Workload, host: HostSpec) -> Prediction:
@@ -146,7 +154,7 @@ def hosts_needed(costs: Costs, workload: Workload, host: HostSpec) -> Prediction
     links_per_node = workload.links / workload.nodes
     each = node_usage(costs, workload.iphys, links_per_node)
     memory_room = host.memory_mb * host.headroom - costs.host_base_mb
-    cpu_room = host.cores * host.headroom - costs.host_base_cores
+    cpu_room = host.cores * host.headroom - costs.host_base_cores - costs.host_lab_cores
     by_memory = math.floor(memory_room / each.memory_mb) if each.memory_mb > 0 else math.inf
     by_cpu = math.floor(cpu_room / each.cores) if each.cores > 0 else math.inf
     fit = min(by_memory, by_cpu)
@@ -156,7 +164,7 @@ def hosts_needed(costs: Costs, workload: Workload, host: HostSpec) -> Prediction
         raise ValueError("not one node fits such a host after its base and headroom")
     bound = "memory" if by_memory <= by_cpu else "cpu"
     hosts = math.ceil(workload.nodes / fit)
-    total = lab_usage(costs, workload.nodes, workload.iphys, workload.links)
+    total = lab_usage(costs, workload.nodes, workload.iphys, workload.links, hosts)
     per_host = Usage(costs.host_base_mb + total.memory_mb / hosts,
                      costs.host_base_cores + total.cores / hosts)
     return Prediction(workload, host, hosts, int(fit), bound, per_host, total, costs)
@@ -186,6 +194,19 @@ def walker_grid(planes: int, per_plane: int, stations: int, ground_links: int = 
                     links)
 
 
+def cores_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(``host_lab_cores``, ``node_cores``) from (nodes on a host, that host's idle lab
+    cores) points: the least-squares line when the points span two node counts or more,
+    else (or when the line would give a host a negative share) a line through zero."""
+    if not points:
+        raise ValueError("no points to fit")
+    if len({n for n, _ in points}) >= 2:
+        fit = statistics.linear_regression([n for n, _ in points], [c for _, c in points])
+        if fit.intercept >= 0:
+            return fit.intercept, fit.slope
+    return 0.0, sum(n * c for n, c in points) / sum(n * n for n, _ in points)
+
+
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted − measured) / measured."""
     return (predicted - measured) / measured
@@ -198,11 +219,12 @@ MEASURED = Costs(node_mb=33.25, iphy_mb=1.183, host_node_mb=2.52, host_port_mb=1
                           "sizes 12x4, 48x4, 12x8 (docs/capacity.md)")
 """Measured here by scripts/bench/capacity.py costs (docs/capacity.md)."""
 
-MEASURED_MULTIHOST = Costs(node_mb=59.02, iphy_mb=1.183, host_node_mb=3.86, host_port_mb=0.0,
-                           link_mb=0.013, node_cores=0.003,
-                           measured="2026-11-27 11:29 UTC, 2 cores, 1-min load 0.3-1.8, "
-                                    "12x4 over two emulated hosts (docs/capacity.md)")
-"""Fitted by scripts/bench/capacity.py check --nodes 12 --fit (docs/capacity.md): a node
+MEASURED_MULTIHOST = Costs(node_mb=64.37, iphy_mb=1.183, host_node_mb=3.42, host_port_mb=0.0,
+                           link_mb=0.013, node_cores=0.003, host_lab_cores=0.0333,
+                           measured="2026-11-27 14:58-15:13 UTC, 2 cores, 1-min load "
+                                    "0.2-12, 12x4 and 24x4 over two emulated hosts, checked "
+                                    "on 36x4 (docs/capacity.md)")
+"""Fitted by scripts/bench/capacity.py fit on two `check` runs (docs/capacity.md): a node
 of a lab over several hosts, its engine awake; per iPHY and per link from MEASURED, the
 host ports folded into host_node_mb."""
 

@@ -237,33 +237,60 @@ def held_mb(pids: dict[str, int]) -> dict[str, float]:
     return {n: cgroup_memory(p)["used"] / MB for n, p in pids.items()}
 
 
-def fit_multihost(base: cap.Costs, rows: list[dict], iphys: int) -> cap.Costs:
-    """Several hosts' unit costs from one check run: a node's own cost from its parent's
-    cgroup, the host side per node from what grew outside the parents, its iPHYs' host
-    ports included (`host_port_mb` 0: one run has one iPHY count, and the one-host
-    per-port figure was fitted on an mlocked OVS, more than these hosts' ports cost);
-    the per-iPHY and per-link costs are taken from ``base``."""
+def fit_multihost(base: cap.Costs, rows: list[dict], iphys: int, runs: str) -> cap.Costs:
+    """Several hosts' unit costs from check runs' per-host rows: a node's own cost from
+    its parent's cgroup, the host side per node from what grew outside the parents, its
+    iPHYs' host ports included (`host_port_mb` 0: the runs have one iPHY count, and the
+    one-host per-port figure was fitted on an mlocked OVS, more than these hosts' ports
+    cost); idle CPU as a line over the hosts' node counts (`cap.cores_line`: a per-host
+    share when the rows span two sizes); the per-iPHY and per-link costs from ``base``."""
     nodes = sum(r["nodes"] for r in rows)
     node_mb = sum(r["parents_mb_mean"] * r["nodes"] for r in rows) / nodes
     outside = sum(r["outside_parents_mb"] for r in rows)
     links = sum(r["links_share"] for r in rows)
-    cores = sum(r["measured_cores"] for r in rows)
+    host_lab_cores, node_cores = cap.cores_line([(r["nodes"], r["measured_cores"])
+                                                 for r in rows])
     return cap.Costs(
         node_mb=round(node_mb - iphys * base.iphy_mb, 2), iphy_mb=base.iphy_mb,
         host_node_mb=round((outside - links * base.link_mb) / nodes, 2),
         host_port_mb=0.0, link_mb=base.link_mb,
-        node_cores=round(cores / nodes, 4), host_base_mb=base.host_base_mb,
-        host_base_cores=base.host_base_cores,
-        measured=(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-                  f"{os.cpu_count()} cores, scripts/bench/capacity.py check --nodes {nodes} "
-                  f"--iphys {iphys} (two emulated hosts); per iPHY and link from the "
-                  f"one-host costs, ports in host_node_mb"))
+        node_cores=round(node_cores, 4), host_base_mb=base.host_base_mb,
+        host_base_cores=base.host_base_cores, host_lab_cores=round(host_lab_cores, 4),
+        measured=(f"fitted {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                  f"{os.cpu_count()} cores, scripts/bench/capacity.py {runs} --iphys {iphys} "
+                  f"(two emulated hosts); per iPHY and link from the one-host costs, ports "
+                  f"in host_node_mb"))
+
+
+def write_fit(path: str, model: cap.CostModel, fitted: cap.Costs) -> None:
+    Path(path).write_text(json.dumps(
+        {"costs": model.one_host.as_dict(), "multihost_costs": fitted.as_dict()},
+        indent=2) + "\n")
+
+
+def fit_runs(args) -> dict:
+    """Several hosts' costs from earlier `check` outputs (several sizes: the per-host
+    share of idle CPU can then be told from the per-node one)."""
+    model = load_model(args.costs)
+    docs = [json.loads(Path(f).read_text()) for f in args.runs]
+    iphys = {doc["iphys"] for doc in docs}
+    if len(iphys) != 1:
+        raise SystemExit(f"the runs have different iPHY counts: {sorted(iphys)}")
+    rows = [row for doc in docs for row in doc["hosts"]]
+    sizes = "+".join(str(doc["nodes"]) for doc in docs)
+    fitted = fit_multihost(model.one_host, rows, iphys.pop(), f"check --nodes {sizes}")
+    write_fit(args.out, model, fitted)
+    return {"runs": args.runs, "fitted_multihost_costs": fitted.as_dict()}
+
+
+def load_model(path: str | None) -> cap.CostModel:
+    return (cap.CostModel.from_dict(json.loads(Path(path).read_text()), cap.MODEL)
+            if path else cap.MODEL)
 
 
 def check(args, log) -> dict:
     """Model vs a lab spread over two emulated hosts (several hosts' costs)."""
-    model = (cap.CostModel.from_dict(json.loads(Path(args.costs).read_text()), cap.MODEL)
-             if args.costs else cap.MODEL)
+    model = load_model(args.costs)
     costs = model.multi_host
     eh = emulated_hosts_module()
     t = time.monotonic()
@@ -325,10 +352,9 @@ def check(args, log) -> dict:
                 "load_after": [round(x, 2) for x in os.getloadavg()],
                 "costs": costs.as_dict(), "hosts": rows}
         if args.fit:
-            fitted = fit_multihost(model.one_host, rows, args.iphys)
-            Path(args.fit).write_text(json.dumps(
-                {"costs": model.one_host.as_dict(), "multihost_costs": fitted.as_dict()},
-                indent=2) + "\n")
+            fitted = fit_multihost(model.one_host, rows, args.iphys,
+                                   f"check --nodes {args.nodes}")
+            write_fit(args.fit, model, fitted)
             out["fitted_multihost_costs"] = fitted.as_dict()
         return out
     finally:
@@ -352,6 +378,11 @@ def main() -> int:
                         "figure is their median")
     k.add_argument("--prefix", default="cap31-emu")
     k.add_argument("--subnet", default="10.232.0.0/24")
+    f = sub.add_parser("fit", help="several hosts' costs from earlier `check` outputs")
+    f.add_argument("runs", nargs="+", metavar="CHECK_JSON")
+    f.add_argument("--out", required=True, help="write the costs here (for check --costs)")
+    f.add_argument("--costs", help="one-host costs to take per iPHY and link from "
+                   "(default: the model's constants)")
     for p in (c, k):
         p.add_argument("--idle", type=float, default=20.0, help="CPU window, seconds")
         p.add_argument("--settle", type=float, default=5.0)
@@ -361,6 +392,9 @@ def main() -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    if args.what == "fit":
+        print(json.dumps(fit_runs(args), indent=2))
+        return 0
     if args.what == "costs":
         runs = []
         for size in args.sizes.split(","):

@@ -94,6 +94,34 @@ def test_lab_usage_is_linear():
     assert u.cores == pytest.approx(0.12)
 
 
+def test_a_labs_fixed_cores_per_host_count_once_a_host():
+    costs = cap.Costs(**{**COSTS.as_dict(), "host_lab_cores": 0.03})
+    # 12 nodes x 0.01 + 2 hosts x 0.03 = 0.18 cores; memory as without it.
+    u = cap.lab_usage(costs, 12, 4, 24, hosts=2)
+    assert u.cores == pytest.approx(0.18) and u.memory_mb == pytest.approx(432.0)
+    assert cap.lab_usage(costs, 0, 4, 0, hosts=2).cores == 0.0
+    # CPU bound: 16 cores x 0.75 - 1 (base) - 1 (the lab's share) = 10 -> 40 nodes at
+    # 0.25 cores a node; 100 nodes -> 3 hosts, each 1 + (100 x 0.25 + 3 x 1) / 3 cores.
+    cpu_bound = cap.Costs(**{**COSTS.as_dict(), "node_cores": 0.25, "host_lab_cores": 1.0})
+    p = cap.hosts_needed(cpu_bound, cap.Workload(100, 4, 100),
+                         cap.HostSpec(cores=16, memory_mb=10_000_000, headroom=0.75))
+    assert (p.nodes_per_host, p.bound, p.hosts) == (40, "cpu", 3)
+    assert p.per_host.cores == pytest.approx(1 + 28 / 3)
+
+
+def test_cores_line():
+    # Through (6, 0.051) and (12, 0.069): 0.003 a node, 0.051 - 6 x 0.003 = 0.033 a host.
+    host, node = cap.cores_line([(6, 0.051), (6, 0.051), (12, 0.069), (12, 0.069)])
+    assert (host, node) == (pytest.approx(0.033), pytest.approx(0.003))
+    # One node count: through zero, sum(n c) / sum(n^2) = (6 x 0.05 + 6 x 0.07) / 72.
+    assert cap.cores_line([(6, 0.05), (6, 0.07)]) == (0.0, pytest.approx(0.01))
+    # A line that would give a host a negative share: through zero instead,
+    # (1 x 0.01 + 2 x 0.04) / (1 + 4) = 0.018.
+    assert cap.cores_line([(1, 0.01), (2, 0.04)]) == (0.0, pytest.approx(0.018))
+    with pytest.raises(ValueError):
+        cap.cores_line([])
+
+
 def test_no_room_and_bad_input_raise():
     with pytest.raises(ValueError):
         cap.hosts_needed(COSTS, cap.Workload(1, 4, 0), cap.HostSpec(cores=1, memory_mb=1000))
