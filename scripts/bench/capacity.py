@@ -388,6 +388,8 @@ def main() -> int:
         p.add_argument("--settle", type=float, default=5.0)
         p.add_argument("--lab", default="capm")
     args = parser.parse_args()
+    if args.what == "check" and args.windows < 1:
+        parser.error("--windows: at least 1")
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
