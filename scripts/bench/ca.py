@@ -64,20 +64,17 @@ def run_agents(count: int, iphys: int, port: int) -> list[subprocess.Popen]:
 
 
 def plug_ports(count: int) -> None:
-    """Ports 1..count on the bridge, each a veth whose other end is up in PORTS_NETNS
-    (IPv6 off there, so nothing talks on them)."""
+    """Ports 1..count on the bridge, each a veth whose other end is up in PORTS_NETNS;
+    both ends without an IPv6 address (netlink.port_up), so nothing talks on them."""
     from nestednet.adapters import netlink
 
     netlink.create_netns(PORTS_NETNS)
-    netlink.write_sysctls(PORTS_NETNS, {"net/ipv6/conf/default/disable_ipv6": "1",
-                                        "net/ipv6/conf/all/disable_ipv6": "1"})
     with netlink.route() as ipr, netlink.route(PORTS_NETNS) as inside, Ovsdb() as ovs:
         for k in range(1, count + 1):
             name = f"{PORT_PREFIX}{k}"
             netlink.add_veth(ipr, name, f"p{k}", b_in=PORTS_NETNS, offloads=True)
-            Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
-            netlink.up(ipr, name)
-            netlink.up(inside, f"p{k}")
+            netlink.port_up(ipr, name)
+            netlink.port_up(inside, f"p{k}")
             ovs.add_port(BRIDGE, name, external_ids={"org.nestednet.bench": "ca"}, ofport=k)
 
 
@@ -90,7 +87,7 @@ def unplug_ports() -> None:
 
 
 def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float,
-            range_: float = 250.0, pace: float = 0.0, sessions: int = 8) -> dict:
+            range_: float = 250.0, pace: float = 0.0, sessions: int = SESSIONS) -> dict:
     """One run; ``pace`` > 0 plays a step every ``pace`` seconds whether or not the last
     one settled (as `nestednet run --speed 1/pace` does), else waits for each to settle."""
     scenario = generate(nodes=count, duration=steps, step=1, range_=range_,

@@ -25,14 +25,21 @@ def _installer(tmp_path, sessions: int, refuse: frozenset[int] = frozenset()):
     return switch, installer
 
 
-def test_a_big_batch_is_split_evenly_and_done_once_every_part_is_in(tmp_path):
-    switch, installer = _installer(tmp_path, sessions=4)
+def _outcomes(installer: MainBridgeInstaller, *batches: int) -> list:
+    """Submit a batch of each size, wait for all, close; what each batch's done heard."""
     outcome: list = []
     try:
-        installer.submit(_links(100), outcome.append)
+        for size in batches:
+            installer.submit(_links(size), outcome.append)
         installer.wait()
     finally:
         installer.close()
+    return outcome
+
+
+def test_a_big_batch_is_split_evenly_and_done_once_every_part_is_in(tmp_path):
+    switch, installer = _installer(tmp_path, sessions=4)
+    outcome = _outcomes(installer, 100)
     # 100 links, two flow-mods each, in four parts of 25 links.
     assert switch.flow_mods == [50, 50, 50, 50]
     assert outcome == [None]
@@ -40,13 +47,7 @@ def test_a_big_batch_is_split_evenly_and_done_once_every_part_is_in(tmp_path):
 
 def test_a_batch_of_one_pass_stays_on_one_session_and_the_next_takes_another(tmp_path):
     switch, installer = _installer(tmp_path, sessions=4)
-    outcome: list = []
-    try:
-        installer.submit(_links(25), outcome.append)
-        installer.submit(_links(3), outcome.append)
-        installer.wait()
-    finally:
-        installer.close()
+    outcome = _outcomes(installer, 25, 3)
     assert switch.flow_mods == [50, 6, 0, 0]
     assert outcome == [None, None]
 
@@ -54,12 +55,7 @@ def test_a_batch_of_one_pass_stays_on_one_session_and_the_next_takes_another(tmp
 def test_a_refusal_in_any_part_fails_the_batch_once(tmp_path):
     # Each session's xids start after its HELLO (xid 1): xid 2 is its first flow-mod.
     switch, installer = _installer(tmp_path, sessions=2, refuse=frozenset({2}))
-    outcome: list = []
-    try:
-        installer.submit(_links(50), outcome.append)
-        installer.wait()
-    finally:
-        installer.close()
+    outcome = _outcomes(installer, 50)
     assert switch.flow_mods == [50, 50]
     assert len(outcome) == 1 and isinstance(outcome[0], EnvironmentProblem)
     assert str(outcome[0]).count("xid 2") == 2
