@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 _PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from .*icmp_seq=(\d+).* time=([\d.]+) ms")
 _PING_LOST = re.compile(r"^\[(\d+\.\d+)\] (?:no answer yet for|From .*) icmp_seq=(\d+)")
+_IPERF_LISTENING = "Server listening on"
 _IPERF_LINE = re.compile(r"^\[\s*\d+\]\s+([\d.]+)-([\d.]+)\s+sec\s+[\d.]+ \w?Bytes\s+"
                          r"([\d.]+) (\w?)bits/sec(.*)$")
 _UNITS = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
@@ -133,6 +134,7 @@ class ActionPlayer:
         self.cuts: dict[str, Cut] = {}
         self.frozen: dict[str, Callable[[], None]] = {}
         self.jobs: dict[int, list[Job]] = {}
+        self._jobs_lock = threading.Lock()
         self.captures: dict[int, Capture] = {}
         self.t0_wall = time.time()
         self.errors = 0
@@ -186,10 +188,12 @@ class ActionPlayer:
 
     def close(self) -> None:
         """Stop every job and thaw everything frozen (end, Ctrl-C or error alike)."""
-        for jobs in self.jobs.values():
+        with self._jobs_lock:
+            held = list(self.jobs.values())
+            self.jobs.clear()
+        for jobs in held:
             for job in jobs:
                 job.stop()
-        self.jobs.clear()
         for running in self.captures.values():
             running.stop()
         self.captures.clear()
@@ -307,7 +311,8 @@ class ActionPlayer:
         if action.kind == "capture":
             running = self.captures.pop(action.index)
             return {"packets": running.stop(), "file": str(running.path)}
-        jobs = self.jobs.pop(action.index, [])
+        with self._jobs_lock:
+            jobs = self.jobs.pop(action.index, [])
         for job in reversed(jobs):
             job.stop()
         return {"exit_codes": [job.exit_code for job in jobs],
@@ -376,13 +381,19 @@ class ActionPlayer:
 
     def _start_iperf(self, action: Action, _t: float) -> dict:
         """iperf3 from ``src`` to ``dst``'s node address; the intervals recorded are the
-        server's (what arrived), since a TCP sender counts what its socket buffer took."""
+        server's (what arrived), since a TCP sender counts what its socket buffer took.
+
+        The client starts when the server prints that it listens, not after a fixed
+        pause: `docker exec` through a node's inner engine took longer than 0.3 s on a
+        loaded machine, and the client then met "Connection refused". The cue itself
+        returns at once; a stop cue (or close) before the server listens means no client."""
         src, dst = action.get("src"), action.get("dst")
         port = IPERF_BASE_PORT + action.index
         seconds = float(action.get("duration")) / self.speed
         protocol = action.get("protocol", "tcp")
         session, index = self.session, action.index
         started = {"wall": time.time()}
+        jobs: list[Job] = []
 
         def error(text: str, wall: float) -> None:
             session.events.write(ev.IPERF, scenario_time=self.scenario_time(wall),
@@ -390,6 +401,9 @@ class ActionPlayer:
                                  index=index, error=text.strip())
 
         def server_line(text: str, wall: float) -> None:
+            if text.startswith(_IPERF_LISTENING):
+                start_client()
+                return
             found = _IPERF_LINE.match(text)
             if found is None:
                 if "error" in text.lower():
@@ -413,16 +427,23 @@ class ActionPlayer:
             if "error" in text.lower():
                 error(text, wall)
 
-        server = Job(session, dst, "gnab", ["iperf3", "-s", "-1", "-B", self.address(dst),
-                                            "-p", str(port), "-i", "1", "-f", "k",
-                                            "--forceflush"], f"a{index}s", server_line)
-        time.sleep(0.3)
         command = ["iperf3", "-c", self.address(dst), "-B", self.address(src), "-p", str(port),
                    "-t", f"{seconds:g}", "-i", "1", "-f", "k", "--forceflush",
                    "--connect-timeout", "3000"]
         if protocol == "udp":
             command += ["-u", "-b", action.get("rate", "1M")]
-        started["wall"] = time.time()
-        client = Job(session, src, "gnab", command, f"a{index}c", client_line)
-        self.jobs[index] = [server, client]
+
+        def start_client() -> None:
+            with self._jobs_lock:
+                if self.jobs.get(index) is not jobs or len(jobs) > 1:
+                    return
+                started["wall"] = time.time()
+                jobs.append(Job(session, src, "gnab", command, f"a{index}c", client_line))
+
+        with self._jobs_lock:
+            self.jobs[index] = jobs
+            jobs.append(Job(session, dst, "gnab", ["iperf3", "-s", "-1", "-B",
+                                                   self.address(dst), "-p", str(port), "-i",
+                                                   "1", "-f", "k", "--forceflush"],
+                            f"a{index}s", server_line))
         return {"port": port, "protocol": protocol, "dst_address": self.address(dst)}
