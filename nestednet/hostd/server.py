@@ -558,6 +558,29 @@ class Limits:
     idle_timeout: float = 300.0
     """Seconds a connection may wait between requests (streams excepted: a forward or
     a route watch is idle as long as what it carries)."""
+    linger_seconds: float = 2.0
+    linger_bytes: int = 4 * 1024 * 1024
+    """After refusing a frame it did not read (too long), the helper reads and drops what
+    the client still sends, for at most this long and this much, before closing
+    (`linger`)."""
+
+
+def linger(conn: socket.socket, seconds: float, limit: int) -> None:
+    """Close the sending side, then read and drop what the peer still sends (at most
+    ``limit`` bytes, for at most ``seconds``) until it closes. Closing a socket with
+    unread data resets the connection, and a reset can reach the client before it read
+    the answer sent just before, which is then lost: seen in CI for a refused 16 MiB
+    frame. A TLS socket's shutdown leaves the raw socket, whose bytes are only dropped."""
+    deadline = time.monotonic() + seconds
+    got = 0
+    with contextlib.suppress(OSError, ValueError):
+        conn.shutdown(socket.SHUT_WR)
+        while got < limit and (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            data = conn.recv(CHUNK)
+            if not data:
+                return
+            got += len(data)
 
 
 TCP_ESTABLISHED = 1
@@ -669,6 +692,8 @@ class Server:
             log.warning("%s: %s", peer, exc)
             with contextlib.suppress(OSError, p.ProtocolError):
                 conn.sendall(p.encode(error_of(exc)))
+                if isinstance(exc, p.ProtocolError):
+                    linger(conn, self.limits.linger_seconds, self.limits.linger_bytes)
         except Exception:
             log.exception("%s: connection failed", peer)
         finally:

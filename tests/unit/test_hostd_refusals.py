@@ -234,6 +234,36 @@ def test_an_idle_connection_is_closed_after_login():
         srv.close()
 
 
+def test_a_refused_frame_is_answered_and_the_rest_of_it_read_before_closing():
+    """A 16 MiB frame is refused at its header; the client, sending 3 MB of it before it
+    reads, must finish sending and then get the refusal: closing with unread data would
+    reset the connection under the client's send (and may lose the answer)."""
+    srv, _helper, port = _serve(server.Limits())
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.settimeout(10)
+            raw.sendall(struct.pack(">I", 16 * 1024 * 1024) + b"{" * 3_000_000)
+            told = p.read_frame(lambda n: streams.recv_exact(raw, n))
+            assert told["ok"] is False and "over the 1048576" in told["error"]["message"]
+            assert raw.recv(1) == b""
+    finally:
+        srv.close()
+
+
+def test_a_client_that_keeps_sending_is_closed_after_the_linger_bounds():
+    """The helper drops at most ``linger_bytes`` after a refusal, then closes."""
+    srv, _helper, port = _serve(server.Limits(linger_bytes=100_000, linger_seconds=5))
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.settimeout(10)
+            t0 = time.monotonic()
+            with pytest.raises(OSError):
+                raw.sendall(struct.pack(">I", 16 * 1024 * 1024) + b"{" * 20_000_000)
+            assert time.monotonic() - t0 < 4
+    finally:
+        srv.close()
+
+
 def test_connections_are_capped_per_peer_and_the_helper_keeps_serving():
     srv, _helper, port = _serve(server.Limits(per_peer=8))
     held = []
