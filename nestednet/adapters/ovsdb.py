@@ -9,8 +9,9 @@ port we make carries our labels in external_ids, which is how cleanup finds exac
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from nestednet.errors import EnvironmentProblem
 
@@ -110,6 +111,51 @@ switch, not a speed: seen over 10 s for deleting a bridge with kernel-datapath p
 software-emulated VM on a loaded machine (`scripts/test kernel-full`)."""
 
 
+class _GroupCommit:
+    """Group commit: a thread whose items find no transaction under way commits them
+    along with whatever other threads queued meanwhile; those wait for that outcome.
+    Measured on this machine's userspace switch with 1,000 ports: adding 4 ports took
+    300 ms as 4 transactions and 55 ms as one (ovs-vswitchd CPU 390 against 138 ms)."""
+
+    def __init__(self, commit: Callable[[list], None]) -> None:
+        self.commit = commit
+        self.cond = threading.Condition()
+        self.queue: list[_Pending] = []
+        self.busy = False
+
+    def submit(self, items: list) -> None:
+        mine = _Pending(items)
+        with self.cond:
+            self.queue.append(mine)
+            while not mine.done:
+                if self.busy:
+                    self.cond.wait()
+                    continue
+                self.busy = True
+                batch, self.queue = self.queue, []
+                error: BaseException | None = None
+                self.cond.release()
+                try:
+                    self.commit([item for pending in batch for item in pending.items])
+                except BaseException as exc:
+                    error = exc
+                finally:
+                    self.cond.acquire()
+                    self.busy = False
+                    for pending in batch:
+                        pending.done, pending.error = True, error
+                    self.cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+
+
+@dataclass
+class _Pending:
+    items: list
+    done: bool = False
+    error: BaseException | None = None
+
+
 class LazyOvsdb:
     """An `Ovsdb` that connects on first use. For handles on a lab's other hosts: a
     command may never need a host's database (a run reads and writes flows only), and
@@ -143,6 +189,7 @@ class Ovsdb:
         from ovsdbapp.schema.open_vswitch import impl_idl
 
         self.remote = remote
+        self._ports = _GroupCommit(self._add_ports_now)
         if remote.startswith("ssl:"):
             if tls is None:
                 raise EnvironmentProblem(f"OVSDB remote {remote} is SSL but no key, "
@@ -209,15 +256,29 @@ class Ovsdb:
 
     def add_port(self, bridge: str, port: str, *, external_ids: Mapping[str, str],
                  ofport: int | None = None, iface_type: str | None = None) -> None:
+        self.add_ports(bridge, [(port, {"external_ids": external_ids, "ofport": ofport,
+                                        "iface_type": iface_type})])
+
+    def add_ports(self, bridge: str, ports: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Several ports in one transaction: ovs-vswitchd reconfigures once for all of
+        them, and every reconfiguration walks all the bridge's ports (a lab's main bridge
+        holds 1,000 at 250 x 4). Calls made meanwhile from other threads (a create's node
+        builders) join the next transaction (`_GroupCommit`); if it fails, each of them
+        raises its error. Each port's keywords are `add_port`'s."""
+        self._ports.submit([(bridge, port, kwargs) for port, kwargs in ports])
+
+    def _add_ports_now(self, ports: list[tuple[str, str, Mapping[str, Any]]]) -> None:
         with self.api.transaction(check_error=True) as txn:
-            txn.add(self.api.add_port(bridge, port, may_exist=False))
-            txn.add(self.api.db_set("Port", port, ("external_ids", dict(external_ids))))
-            iface: list = [("external_ids", dict(external_ids))]
-            if ofport is not None:
-                iface.append(("ofport_request", ofport))
-            if iface_type is not None:
-                iface.append(("type", iface_type))
-            txn.add(self.api.db_set("Interface", port, *iface))
+            for bridge, port, kwargs in ports:
+                external_ids = dict(kwargs["external_ids"])
+                txn.add(self.api.add_port(bridge, port, may_exist=False))
+                txn.add(self.api.db_set("Port", port, ("external_ids", external_ids)))
+                iface: list = [("external_ids", external_ids)]
+                if kwargs.get("ofport") is not None:
+                    iface.append(("ofport_request", kwargs["ofport"]))
+                if kwargs.get("iface_type") is not None:
+                    iface.append(("type", kwargs["iface_type"]))
+                txn.add(self.api.db_set("Interface", port, *iface))
 
     def del_port(self, port: str) -> None:
         self.api.del_port(port, if_exists=True).execute(check_error=True)

@@ -197,6 +197,12 @@ class Deferred:
         return lambda *args, **kwargs: self.calls.append([self.target, method, list(args),
                                                           kwargs])
 
+    def add_ports(self, bridge: str, ports: list[tuple[str, dict]]) -> None:
+        """One `add_port` call each, as the protocol has them; the client makes a run
+        of them one transaction again (nestednet.lab.multihost.apply_switch_calls)."""
+        for port, kwargs in ports:
+            self.calls.append([self.target, "add_port", [bridge, port], dict(kwargs)])
+
 
 TC_PORT_LISTS = {"disable_offloads": 1, "check_ports": 1, "apply": 2, "build": 2,
                  "port_indexes": 1, "remove_trees": 1, "read": 1, "snapshot": 1}

@@ -306,8 +306,25 @@ def apply_switch_calls(lab: str, calls: list, node_ovs: Ovsdb,
     order, on the node's switch and the host's, each checked first (`check_switch_call`)."""
     for call in calls:
         check_switch_call(lab, call)
-    for target, method, args, kwargs in calls:
+    for target, method, args, kwargs in port_runs(calls):
         getattr(node_ovs if target == "node" else host_ovs, method)(*args, **kwargs)
+
+
+def port_runs(calls: list) -> list:
+    """``calls`` with each run of `add_port` on one switch's bridge made one `add_ports`
+    (one transaction; nestednet.lab.wiring.PortBatch says why)."""
+    out: list = []
+    for target, method, args, kwargs in calls:
+        last = out[-1] if out else None
+        if method == "add_port":
+            bridge, port = args
+            if last and last[1] == "add_ports" and last[0] == target and last[2][0] == bridge:
+                last[2][1].append((port, kwargs))
+            else:
+                out.append([target, "add_ports", [bridge, [(port, kwargs)]], {}])
+        else:
+            out.append([target, method, args, kwargs])
+    return out
 
 
 def helper_pids(host: HostHandle, lab: str, node: int, parent_pid: int,

@@ -21,6 +21,7 @@ net needs no ARP.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from dataclasses import dataclass
@@ -191,19 +192,40 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
                             ofport=h.plan.port_number(node, component))
 
 
+class PortBatch:
+    """A switch's `add_port` calls held back, then made as one `add_ports` per bridge:
+    ovs-vswitchd reconfigures once for a node's ports instead of once per port, and each
+    reconfiguration of the host's main bridge walks all its ports."""
+
+    def __init__(self) -> None:
+        self.ports: dict[str, list[tuple[str, dict]]] = {}
+
+    def add_port(self, bridge: str, port: str, **kwargs: object) -> None:
+        self.ports.setdefault(bridge, []).append((port, kwargs))
+
+    def add_to(self, switch: Ovsdb) -> None:
+        for bridge, ports in self.ports.items():
+            switch.add_ports(bridge, ports)
+
+
 def wire_node(h: NodeHandles, datapath: str, children: dict[int, int]) -> None:
     """A node's internal bridge, then each component (index -> its pid in the parent's
-    pid namespace); a netlink refusal is named with its component, node and host."""
+    pid namespace), then all their switch ports at once on each switch; a netlink
+    refusal is named with its component, node and host."""
     h.node_ovs.add_bridge(topo.node_bridge(h.lab), datapath_type=datapath,
                           external_ids={LAB_ID: h.lab}, fail_mode="standalone")
     pids = netlink.host_pids(h.parent_pid, list(children.values()))
+    node_ports, host_ports = PortBatch(), PortBatch()
+    batched = dataclasses.replace(h, node_ovs=node_ports, host_ovs=host_ports)
     for index, inner_pid in children.items():
         try:
-            wire_component(h, index, pids[inner_pid])
+            wire_component(batched, index, pids[inner_pid])
         except NetlinkError as exc:
             where = "" if h.where == "host" else f" on host {h.where}"
             raise EnvironmentProblem(f"wiring {topo.component_name(index)} of node "
                                      f"n{h.node}{where} failed: {exc}") from exc
+    node_ports.add_to(h.node_ovs)
+    host_ports.add_to(h.host_ovs)
 
 
 def unwire_component(h: NodeHandles, component: int) -> None:

@@ -221,6 +221,12 @@ def test_the_helper_records_nothing_the_client_did_not_record_first():
     assert calls == [["node", "add_port", ["mh-node", "mh-1i0"], {"external_ids": {"a": "b"}}]]
     with pytest.raises(AttributeError):
         switch.del_bridge("x")
+    calls.clear()
+    switch.add_ports("mh-node", [("mh-1i0", {"external_ids": {}}),
+                                 ("mh-1i1", {"external_ids": {}, "ofport": None})])
+    assert calls == [["node", "add_port", ["mh-node", "mh-1i0"], {"external_ids": {}}],
+                     ["node", "add_port", ["mh-node", "mh-1i1"],
+                      {"external_ids": {}, "ofport": None}]]
 
 
 def test_the_helper_service_listens_per_host_and_takes_tls_files_from_the_state_dir():

@@ -367,4 +367,34 @@ def test_switch_calls_from_the_helper_are_checked_before_any_is_applied(call):
     assert applied == []
     mh.apply_switch_calls("mh", [good, ["host", "del_port", ["mh-1x1"], {}]], Switch(),
                           Switch())
-    assert applied == ["add_port", "del_port"]
+    assert applied == ["add_ports", "del_port"]
+
+
+def test_a_run_of_port_adds_on_one_bridge_is_applied_as_one_transaction():
+    """The helper hands back one add_port per port (the protocol's calls); the client
+    makes each run on one switch's bridge one add_ports, keeping the order of the rest."""
+    made = []
+
+    class Switch:
+        def __init__(self, name):
+            self.name = name
+
+        def __getattr__(self, method):
+            return lambda *a, **k: made.append((self.name, method, a))
+
+    ids = {"external_ids": {"x": "1"}}
+    calls = [["node", "add_bridge", ["mh-node"], {"datapath_type": "netdev"}],
+             ["node", "add_port", ["mh-node", "mh-1i0"], ids],
+             ["node", "add_port", ["mh-node", "mh-1i1"], ids],
+             ["host", "add_port", ["mh-main", "mh-1x1"], {**ids, "ofport": 5}],
+             ["host", "add_port", ["mh-main", "mh-1x2"], {**ids, "ofport": 6}],
+             ["host", "del_port", ["mh-1x3"], {}],
+             ["host", "add_port", ["mh-main", "mh-1x3"], {**ids, "ofport": 7}]]
+    mh.apply_switch_calls("mh", calls, Switch("node"), Switch("host"))
+    assert made == [
+        ("node", "add_bridge", ("mh-node",)),
+        ("node", "add_ports", ("mh-node", [("mh-1i0", ids), ("mh-1i1", ids)])),
+        ("host", "add_ports", ("mh-main", [("mh-1x1", {**ids, "ofport": 5}),
+                                           ("mh-1x2", {**ids, "ofport": 6})])),
+        ("host", "del_port", ("mh-1x3",)),
+        ("host", "add_ports", ("mh-main", [("mh-1x3", {**ids, "ofport": 7})]))]
