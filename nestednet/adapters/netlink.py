@@ -401,7 +401,8 @@ def _below(pid: int) -> list[str]:
     """``pid`` and the processes below it, found through each thread's children file
     (Go daemons fork from any thread), so the cost follows the container's size, not
     the machine's: scanning all of /proc per call made every node's wiring, and `run`
-    reading 250 GNABs, cost a pass over 5,000 processes each. Every process a
+    reading each GNAB, cost a pass over every process of every node (39 against 0.9 ms
+    CPU a call with 844 processes, a 48 x 4 lab). Every process a
     container's PID namespace holds is below its init (the namespace's reaper). Without
     those files (a kernel without CONFIG_PROC_CHILDREN) every process is a candidate."""
     if not os.path.exists(f"{PROC}/{pid}/task/{pid}/children"):

@@ -574,9 +574,10 @@ class Limits:
 def linger(conn: socket.socket, seconds: float, limit: int) -> None:
     """Close the sending side, then read and drop what the peer still sends (at most
     ``limit`` bytes, for at most ``seconds``) until it closes. Closing a socket with
-    unread data resets the connection, and a reset can reach the client before it read
-    the answer sent just before, which is then lost: seen in CI for a refused 16 MiB
-    frame. A TLS socket's shutdown leaves the raw socket, whose bytes are only dropped."""
+    unread data resets the connection under a client still sending, and its answer,
+    sent just before, can be lost with it (the likely cause of a refusal of a 16 MiB
+    frame lost once in CI). A TLS socket's shutdown leaves the raw socket, whose bytes
+    are only dropped."""
     deadline = time.monotonic() + seconds
     got = 0
     with contextlib.suppress(OSError, ValueError):
