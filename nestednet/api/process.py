@@ -9,6 +9,7 @@ itself cannot stop what it started.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import threading
 import uuid
@@ -109,6 +110,12 @@ class Process:
             self._code = self._runner(wrapped, self._out.write, self._err.write)
         except BaseException as exc:  # handed to wait()
             self._error = exc
+        finally:
+            # The pid file outlives the exec'd command; one more exec removes it (a
+            # component that is gone has nothing left to clean).
+            with contextlib.suppress(Exception):
+                self._runner(["rm", "-f", self._pidfile], lambda _data: None,
+                             lambda _data: None)
 
     @property
     def stdout(self) -> str:

@@ -17,6 +17,7 @@ import ssl
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,9 @@ class Forward:
         self.directory = Path(tempfile.mkdtemp(prefix="nestednet-fwd-"))
         os.chmod(self.directory, 0o700)
         self.path = self.directory / name.replace("/", "-")
+        # Removed at interpreter exit too: a command or test that never closed its
+        # client left one directory a parent socket in /tmp (157 seen after a day).
+        self._remove = weakref.finalize(self, _remove_socket_dir, self.path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.path))
         self.listener.listen(16)
@@ -252,10 +256,14 @@ class Forward:
         self.stop.set()
         with contextlib.suppress(OSError):
             self.listener.close()
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        with contextlib.suppress(OSError):
-            self.directory.rmdir()
+        self._remove()
+
+
+def _remove_socket_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
 
 
 class RouteStream:

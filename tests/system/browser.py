@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -44,11 +45,18 @@ def browser(width: int = 1600, height: int = 1000) -> Iterator[webdriver.Chrome]
                 "--enable-unsafe-swiftshader", "--hide-scrollbars"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    # Chromium leaves its singleton-socket directory in TMPDIR even after quit(): give it
+    # one of ours, removed afterwards.
+    scratch = tempfile.mkdtemp(prefix="nestednet-chromium-")
+    service = Service(driver, env={**os.environ, "TMPDIR": scratch})
     try:
-        yield chrome
+        chrome = webdriver.Chrome(service=service, options=options)
+        try:
+            yield chrome
+        finally:
+            chrome.quit()
     finally:
-        chrome.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def console_errors(chrome: webdriver.Chrome) -> list[dict]:

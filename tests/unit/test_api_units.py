@@ -102,6 +102,16 @@ def test_a_process_runs_on_until_terminated_and_keeps_its_output() -> None:
     assert nn.Process(_local, ["true"], "local").wait(10) == nn.Result(0, "", "")
 
 
+def test_a_process_leaves_no_pid_file_behind() -> None:
+    ended = nn.Process(_local, ["true"], "local")
+    ended.wait(10)
+    with nn.Process(_local, "exec sleep 30", "local") as stopped:
+        time.sleep(0.3)
+    assert stopped.wait(10).exit_code == -15
+    for proc in (ended, stopped):
+        assert not Path(proc._pidfile).exists()
+
+
 def test_leaving_a_with_block_terminates_a_running_process() -> None:
     with nn.Process(_local, "exec sleep 30", "local") as proc:
         time.sleep(0.3)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 from nestednet.errors import EnvironmentProblem
 from nestednet.hostd import protocol as p
 from nestednet.hostd import server, streams
-from nestednet.hostd.client import HelperClient, HelperError, RemoteTc
+from nestednet.hostd.client import Forward, HelperClient, HelperError, RemoteTc
 from nestednet.model.tcplan import TcOp
 
 pytestmark = pytest.mark.unit
@@ -267,3 +270,15 @@ def test_the_helper_picks_its_address_from_the_listen_map_by_node_name(monkeypat
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--listen", "127.0.0.1", "--port", "7000", "--state-dir", "/tmp"])
     assert exit_.value.code == 2, "neither TLS files nor --insecure"
+
+
+def test_a_forward_leaves_no_directory_behind_even_unclosed() -> None:
+    closed = Forward(None, "mh", "mh-n1", "docker.sock")  # type: ignore[arg-type]
+    assert closed.path.is_socket()
+    closed.close()
+    assert not closed.directory.exists()
+    code = ("from nestednet.hostd.client import Forward\n"
+            "print(Forward(None, 'mh', 'mh-n1', 'ovs/db.sock').directory)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.strip()
+    assert out.startswith(tempfile.gettempdir()) and not Path(out).exists()
