@@ -1,6 +1,7 @@
 """The node image's shim wrapper (images/dind/shim-group), run here with a stand-in for
-the real containerd shim: a start joins the shim a sibling container already uses when
-its socket takes a connection, and only a dead or missing shim makes the real `start` run.
+the real containerd shim: a start joins the shim a sibling container already uses while
+something listens on its socket (busy or not), and only a dead or missing shim makes the
+real `start` run.
 
 The real `start` dials with a 100 ms timeout and replaces the socket of a shim that
 misses it; that lost a node's GNAB in the emulated VM (the wrapper's comment)."""
