@@ -137,6 +137,19 @@ def test_costs_round_trip():
     assert cap.Costs.from_dict(COSTS.as_dict()) == COSTS
 
 
+def test_cores_split_takes_nodes_own_share_from_their_parents():
+    # One size: the host side through zero. Parents 0.06 + 0.04 over 10 nodes = 0.01 a
+    # node; the rest 0.02 a host of 5 nodes = 0.004 a node on top; no per-host share.
+    host, node = cap.cores_split([(5, 0.06, 0.02), (5, 0.04, 0.02)])
+    assert (host, node) == (pytest.approx(0.0), pytest.approx(0.014))
+    # Two sizes: the rest is 0.03 + 0.001 a node (0.035 at 5, 0.040 at 10): per host
+    # 0.03; parents (0.02 + 0.04) / 15 = 0.004 a node, + 0.001 = 0.005.
+    host, node = cap.cores_split([(5, 0.02, 0.035), (10, 0.04, 0.040)])
+    assert (host, node) == (pytest.approx(0.03), pytest.approx(0.005))
+    with pytest.raises(ValueError):
+        cap.cores_split([])
+
+
 def test_relative_error():
     assert cap.relative_error(110.0, 100.0) == pytest.approx(0.10)
     assert cap.relative_error(80.0, 100.0) == pytest.approx(-0.20)
