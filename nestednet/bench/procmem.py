@@ -88,15 +88,30 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def cpu_cgroup(pid: int) -> tuple[Path, bool] | None:
+    """The directory of host process ``pid``'s CPU accounting cgroup and whether it is
+    cgroup v1 (cpuacct; preferred where a hybrid system has both); None when it has
+    none."""
+    lines = [line.split(":", 2) for line in
+             Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    for _, controllers, path in lines:
+        if "cpuacct" in controllers.split(","):
+            return Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/"), True
+    for _, controllers, path in lines:
+        if controllers == "":
+            return Path("/sys/fs/cgroup") / path.lstrip("/"), False
+    return None
+
+
+def cgroup_dir_cpu_s(directory: Path, v1: bool) -> float:
+    """CPU seconds used so far by the cgroup at ``directory`` and all below it."""
+    if v1:
+        return int((directory / "cpuacct.usage").read_text()) / 1e9
+    return int((directory / "cpu.stat").read_text().split()[1]) / 1e6
+
+
 def cgroup_cpu_s(pid: int) -> float:
     """CPU seconds used so far by the cgroup of host process ``pid`` (a node parent;
     v1 cpuacct or v2 cpu.stat)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuacct" in controllers.split(","):
-            usage = Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/") / "cpuacct.usage"
-            return int(usage.read_text()) / 1e9
-        if controllers == "":
-            stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
-            return int(stat.split()[1]) / 1e6
-    return 0.0
+    found = cpu_cgroup(pid)
+    return cgroup_dir_cpu_s(*found) if found else 0.0

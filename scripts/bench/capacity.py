@@ -40,7 +40,7 @@ from nestednet.adapters import ksm
 from nestednet.adapters.cgroups import cgroup_memory, directory_memory, memory_cgroup
 from nestednet.api.lab import Lab
 from nestednet.bench.memory import drop_page_caches
-from nestednet.bench.procmem import cgroup_cpu_s, cpu_s
+from nestednet.bench.procmem import cgroup_cpu_s, cgroup_dir_cpu_s, cpu_cgroup, cpu_s
 from nestednet.lab import engine
 from nestednet.model import capacity as cap
 
@@ -226,23 +226,14 @@ def containers_cpu_s(pid: int, ids: set[str]) -> float:
     """CPU seconds used so far by the containers ``ids`` started by the engine inside
     ``pid``'s cgroup (an emulated host's lab parents, children included): the same
     directories container_cgroups finds, in the CPU accounting hierarchy."""
-    top = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    total = 0.0
-    for line in top:
-        _, controllers, path = line.split(":", 2)
-        if "cpuacct" in controllers.split(","):
-            base, name = Path(f"/sys/fs/cgroup/{controllers}") / path.lstrip("/"), "cpuacct.usage"
-            scale = 1e9
-            break
-        if controllers == "":
-            base, name, scale = Path("/sys/fs/cgroup") / path.lstrip("/"), "cpu.stat", 1e6
-    else:
+    found = cpu_cgroup(pid)
+    if found is None:
         return 0.0
-    for where, dirs, _files in os.walk(base):
+    total = 0.0
+    for where, dirs, _files in os.walk(found[0]):
         if Path(where).name in ids:
             dirs.clear()
-            text = (Path(where) / name).read_text()
-            total += int(text.split()[0] if name == "cpuacct.usage" else text.split()[1]) / scale
+            total += cgroup_dir_cpu_s(Path(where), found[1])
     return total
 
 
