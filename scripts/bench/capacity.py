@@ -34,6 +34,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nestednet.adapters import ksm
@@ -206,6 +207,17 @@ def memory_breakdown(pid: int) -> dict[str, float]:
     return out
 
 
+def _container_dirs(base: Path) -> list[Path]:
+    """The cgroup directories below ``base`` of the containers an engine there started:
+    the first container on each way down (a parent, not its children)."""
+    out = []
+    for top, dirs, _files in os.walk(base):
+        if CONTAINER_ID.fullmatch(Path(top).name) and Path(top) != base:
+            dirs.clear()
+            out.append(Path(top))
+    return out
+
+
 def container_cgroups(pid: int) -> dict[str, float]:
     """Containers started by the engine inside ``pid``'s cgroup (an emulated host's
     engine: hostd and the lab's parents), each with its `used` MB."""
@@ -213,28 +225,23 @@ def container_cgroups(pid: int) -> dict[str, float]:
     if found is None:
         return {}
     out = {}
-    for top, dirs, _files in os.walk(found[0]):
-        if CONTAINER_ID.fullmatch(Path(top).name) and Path(top) != found[0]:
-            dirs.clear()  # the first container on the way down: a parent, not its children
-            figures = directory_memory(Path(top), found[1])
-            if figures is not None:
-                out[Path(top).name] = figures["used"] / MB
+    for top in _container_dirs(found[0]):
+        figures = directory_memory(top, found[1])
+        if figures is not None:
+            out[top.name] = figures["used"] / MB
     return out
 
 
-def containers_cpu_s(pid: int, ids: set[str]) -> float:
-    """CPU seconds used so far by the containers ``ids`` started by the engine inside
-    ``pid``'s cgroup (an emulated host's lab parents, children included): the same
-    directories container_cgroups finds, in the CPU accounting hierarchy."""
+def containers_cpu(pid: int, ids: set[str]) -> Callable[[], float]:
+    """A sampler of the CPU seconds used so far by the containers ``ids`` started by the
+    engine inside ``pid``'s cgroup (an emulated host's lab parents, children included),
+    their directories in the CPU accounting hierarchy found once."""
     found = cpu_cgroup(pid)
     if found is None:
-        return 0.0
-    total = 0.0
-    for where, dirs, _files in os.walk(found[0]):
-        if Path(where).name in ids:
-            dirs.clear()
-            total += cgroup_dir_cpu_s(Path(where), found[1])
-    return total
+        return lambda: 0.0
+    base, v1 = found
+    dirs = [d for d in _container_dirs(base) if d.name in ids]
+    return lambda: sum(cgroup_dir_cpu_s(d, v1) for d in dirs)
 
 
 def emulated_hosts_module():
@@ -341,14 +348,13 @@ def check(args, log) -> dict:
             mem1 = held_mb(pids)
             kinds1 = {n: memory_breakdown(p) for n, p in pids.items()}
             # The lab's parents are the containers that were not there before it.
-            parents = {n: [mb for cid, mb in container_cgroups(p).items()
-                           if cid not in before[n]] for n, p in pids.items()}
-            parent_ids = {n: set(container_cgroups(p)) - before[n] for n, p in pids.items()}
+            now = {n: container_cgroups(p) for n, p in pids.items()}
+            parents = {n: [mb for cid, mb in now[n].items() if cid not in before[n]]
+                       for n in pids}
             # The parents' own CPU in the same windows: a node's idle cost measured on
             # the nodes themselves, not as the slope between runs of a few millicores.
             lab_windows = window_rates(
-                {**samplers, **{(n, "parents"): (lambda p=p, ids=parent_ids[n]:
-                                                 containers_cpu_s(p, ids))
+                {**samplers, **{(n, "parents"): containers_cpu(p, set(now[n]) - before[n])
                                 for n, p in pids.items()}}, args.idle, args.windows)
             cpu = {n: statistics.median(r) for n, r in lab_windows.items()}
         rows = []
