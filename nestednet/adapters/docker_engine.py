@@ -27,14 +27,18 @@ def client_for(url: str, *, timeout: int = 120) -> docker.DockerClient:
                                use_ssh_client=url.startswith("ssh://"))
 
 
-def connect(base_url: str | None = None, *, timeout: int = 120) -> docker.DockerClient:
+def connect(base_url: str | None = None, *, timeout: int = 120,
+            api_version: str | None = None) -> docker.DockerClient:
     """Return a client for the engine at ``base_url`` after checking it answers.
 
-    The host engine is $DOCKER_HOST when set, as for the docker CLI.
+    The host engine is $DOCKER_HOST when set, as for the docker CLI. Without
+    ``api_version`` the client first asks the engine for it (``/version``, for which
+    dockerd runs `runc --version` and `docker-init --version`).
     """
     base_url = base_url or os.environ.get("DOCKER_HOST") or HOST_SOCKET
     try:
-        client = docker.DockerClient(base_url=base_url, timeout=timeout)
+        client = docker.DockerClient(base_url=base_url, timeout=timeout,
+                                     version=api_version or "auto")
         client.ping()
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(

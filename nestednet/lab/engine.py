@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import socket
 import time
 from collections.abc import Iterable, Iterator
@@ -77,6 +78,19 @@ def state(state_dir: Path) -> str:
         return (state_dir / STATE_FILE).read_text().strip() or "unknown"
     except OSError:
         return "unknown"
+
+
+def api_version(state_dir: Path) -> str | None:
+    """The inner engine's API version as the parent's `ready` gives it (``api=1.41``),
+    so a connection need not ask the engine first; None for a parent from an older node
+    image (the client then asks)."""
+    try:
+        words = (state_dir / "ready").read_text().split()
+    except OSError:
+        return None
+    given = dict(word.partition("=")[::2] for word in words)
+    version = given.get("api", "")
+    return version if re.fullmatch(r"1\.\d+", version) else None
 
 
 def answers(sock: Path, timeout: float = 2.0) -> bool:
@@ -148,7 +162,8 @@ def using(state_dir: Path, parent: docker.models.containers.Container, *,
         _share(fd, lock, parent.name)
         os.utime(lock)
         wake(state_dir, parent)
-        client = docker_engine.connect(f"unix://{state_dir / SOCKET_FILE}", timeout=timeout)
+        client = docker_engine.connect(f"unix://{state_dir / SOCKET_FILE}", timeout=timeout,
+                                       api_version=api_version(state_dir))
         try:
             yield client
         finally:
