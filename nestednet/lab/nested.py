@@ -64,6 +64,8 @@ class NestedDesign(NodeDesign):
         self.security: dict = {}
         self.template = None
         self.user_archives: list[Path] = []
+        self.node_schema: dict | None = None
+        """The nodes' OVSDB schema, from the first node connected (all run one image)."""
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -108,7 +110,8 @@ class NestedDesign(NodeDesign):
                 node_image.wait_ready(state_dir, parent)
                 inner = held.enter_context(engine.using(state_dir, parent))
                 node_ovs = held.enter_context(contextlib.closing(
-                    Ovsdb(f"unix:{state_dir}/ovs/db.sock")))
+                    Ovsdb(f"unix:{state_dir}/ovs/db.sock", schema=self.node_schema)))
+                self.node_schema = node_ovs.schema
             with build.phase("children", node):
                 load_user_images(self.user_archives, inner)
                 children = start_children(build, inner, node)
