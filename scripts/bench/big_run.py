@@ -22,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -80,7 +81,11 @@ def main() -> None:
     args = parser.parse_args()
     out: dict = {"nodes": args.nodes, "iphys": args.iphys,
                  "load_before": Path("/proc/loadavg").read_text().split()[:3]}
-    scenario = f"/tmp/nestednet-big-{args.nodes}.json"
+    with tempfile.TemporaryDirectory(prefix="nestednet-big-") as scratch:
+        run_lab(args, out, f"{scratch}/scenario.json")
+
+
+def run_lab(args: argparse.Namespace, out: dict, scenario: str) -> None:
     done = nn("visibility", "generate", "--nodes", str(args.nodes), "--seed", str(args.seed),
               "-o", scenario)
     if done.returncode:
