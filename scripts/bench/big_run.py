@@ -31,9 +31,10 @@ from nestednet.bench.memory import whole_nodes_mb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab import designs
 from nestednet.lab.nodes import Lab
+from nestednet.lab.runs import RUNS_DIR
 
 CLI = str(Path(sys.executable).parent / "nestednet")
-RUNS = Path("/var/lib/nestednet/runs")
+RUNS = RUNS_DIR
 
 
 def nn(*args: str) -> subprocess.CompletedProcess:

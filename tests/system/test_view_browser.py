@@ -20,6 +20,7 @@ from browser import CLI, ROOT, browser, console_errors, screenshot, view_server,
 from labs import module_lab
 
 from nestednet.lab.record import LabRecord
+from nestednet.lab.runs import RUNS_DIR
 
 pytestmark = pytest.mark.system
 
@@ -121,7 +122,7 @@ def _links_after(events: list[dict], step: int) -> int:
 def test_run_shows_live_and_replays_from_its_directory(lab: LabRecord, tmp_path: Path):
     scenario = tmp_path / "view-3x1.json"
     scenario.write_text(json.dumps(SCENARIO))
-    runs_before = set(Path("/var/lib/nestednet/runs").glob(f"{LAB}-*"))
+    runs_before = set(RUNS_DIR.glob(f"{LAB}-*"))
     with view_server("--lab", LAB, "--scenario", str(scenario)) as server, \
             browser() as chrome:
         chrome.get(server["url"])
@@ -146,7 +147,7 @@ def test_run_shows_live_and_replays_from_its_directory(lab: LabRecord, tmp_path:
         assert run.returncode == 0, err
         assert console_errors(chrome) == []
 
-    made = set(Path("/var/lib/nestednet/runs").glob(f"{LAB}-*")) - runs_before
+    made = set(RUNS_DIR.glob(f"{LAB}-*")) - runs_before
     assert len(made) == 1, made
     run_dir = made.pop()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()
