@@ -101,6 +101,11 @@ def _labs_named(block: Block) -> set[str]:
     return {m for c in block.commands for m in re.findall(r"--lab\s+(\w+)", c.text)}
 
 
+def _tmp_files_named(block: Block) -> set[Path]:
+    """Files the block writes in /tmp as a user would (the tour's scenario and picture)."""
+    return {Path(m) for c in block.commands for m in re.findall(r"/tmp/[\w.-]+", c.text)}
+
+
 @pytest.mark.system
 def test_every_line_of_the_run_blocks_runs_as_written():
     from labs import forget
@@ -112,6 +117,7 @@ def test_every_line_of_the_run_blocks_runs_as_written():
         labs = _labs_named(block)
         for lab in labs:
             forget(lab)
+        made = {f for f in _tmp_files_named(block) if not f.exists()}
         try:
             for command in block.commands:
                 done = subprocess.run(["bash", "-c", command.text], cwd=ROOT, env=env,
@@ -124,3 +130,5 @@ def test_every_line_of_the_run_blocks_runs_as_written():
         finally:
             for lab in labs:
                 forget(lab)
+            for path in made:  # only what the block made, not a file that was there
+                path.unlink(missing_ok=True)
