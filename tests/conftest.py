@@ -21,9 +21,10 @@ def pytest_configure(config: pytest.Config) -> None:
     global _TEST_RUNS
     if os.geteuid() != 0 or "NESTEDNET_RUNS_DIR" in os.environ:
         return
-    state = Path("/var/lib/nestednet")
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _TEST_RUNS = Path(tempfile.mkdtemp(prefix=f"test-runs-{os.getpid()}-", dir=state))
+    from nestednet.adapters.files import STATE_ROOT, private_dir  # not runs: read at import
+
+    _TEST_RUNS = Path(tempfile.mkdtemp(prefix=f"test-runs-{os.getpid()}-",
+                                       dir=private_dir(STATE_ROOT)))
     os.environ["NESTEDNET_RUNS_DIR"] = str(_TEST_RUNS / "runs")
 
 

@@ -34,7 +34,6 @@ from nestednet.lab.nodes import Lab
 from nestednet.lab.runs import RUNS_DIR
 
 CLI = str(Path(sys.executable).parent / "nestednet")
-RUNS = RUNS_DIR
 
 
 def nn(*args: str) -> subprocess.CompletedProcess:
@@ -107,7 +106,7 @@ def run_lab(args: argparse.Namespace, out: dict, scenario: str) -> None:
                                      "min": min(memory), "max": max(memory)}
         out["idle_busy_percent"] = [cpu_busy_percent(30) for _ in range(3)]
         out["agents_idle"] = agents_view(lab, args.keep_logs)
-        before = set(RUNS.glob(f"{args.lab}-*")) if RUNS.exists() else set()
+        before = set(RUNS_DIR.glob(f"{args.lab}-*")) if RUNS_DIR.exists() else set()
         started_run = time.monotonic()
         done = nn("run", scenario, "--lab", args.lab, "--json")
         out["run_exit"] = done.returncode
@@ -117,7 +116,7 @@ def run_lab(args: argparse.Namespace, out: dict, scenario: str) -> None:
         if done.returncode == 0:
             summary = json.loads(done.stdout)
             out["negotiation"] = summary["negotiation"]
-        new = sorted(set(RUNS.glob(f"{args.lab}-*")) - before)
+        new = sorted(set(RUNS_DIR.glob(f"{args.lab}-*")) - before)
         if new:
             kinds = collections.Counter(json.loads(line).get("event")
                                         for line in (new[-1] / "events.jsonl").open())
