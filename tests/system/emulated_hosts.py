@@ -177,6 +177,8 @@ def _start(client: docker.DockerClient, prefix: str, count: int, root: Path,
         host_config["ReadonlyPaths"] = []
         created = client.api.create_container(
             images.DIND_IMAGE, name=name, hostname=name, labels={LABEL: prefix},
+            # Its node parents start through runc, as a real host's engine starts them.
+            environment={"NESTEDNET_OCI_RUNTIME": "runc"},
             host_config=host_config, networking_config=client.api.create_networking_config(
                 {net.name: client.api.create_endpoint_config(ipv4_address=address)}))
         client.api.start(created["Id"])

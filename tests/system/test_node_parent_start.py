@@ -1,5 +1,6 @@
 """A node parent's start-up, alone: what its `ready` says, the host connecting with the
-API version it gives, and an inner engine that cannot start reported as such."""
+API version it gives, the children's OCI runtime it was given, and an inner engine that
+cannot start reported as such."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.system
 
 
 @contextlib.contextmanager
-def parent(tmp_path: Path, what: str, binds: dict | None = None):
+def parent(tmp_path: Path, what: str, binds: dict | None = None,
+           environment: dict | None = None):
     """A bare node parent (named and labelled as a probe, so `cleanup` removes one a
     crashed run leaves) with its state directory; removed afterwards."""
     client = docker_engine.connect()
@@ -39,7 +41,8 @@ def parent(tmp_path: Path, what: str, binds: dict | None = None):
         client, images.DIND_IMAGE, name=f"{PROBE_PREFIX}{os.getpid()}-{what}",
         labels={PROBE_LABEL: what},
         security=PARENT_PRIVILEGED_OPTIONS if mode == "privileged" else PARENT_CAPSET_OPTIONS,
-        binds={str(state): {"bind": "/nestednet", "mode": "rw"}, **(binds or {})})
+        binds={str(state): {"bind": "/nestednet", "mode": "rw"}, **(binds or {})},
+        environment=environment)
     try:
         yield state, container
     finally:
@@ -50,7 +53,8 @@ def parent(tmp_path: Path, what: str, binds: dict | None = None):
 def test_ready_gives_the_versions_and_the_host_connects_with_its_api_version(tmp_path):
     with parent(tmp_path, "ready") as (state, container):
         ready = wait_ready(state, container)
-        assert re.fullmatch(r"cgroup=v[12] docker=\S+ api=1\.\d+ ovs=\S+ tso=on", ready), ready
+        assert re.fullmatch(r"cgroup=v[12] docker=\S+ api=1\.\d+ ovs=\S+ oci=crun tso=on",
+                            ready), ready
         version = engine.api_version(state)
         assert version is not None and f"api={version}" in ready
         with engine.using(state, container) as inner:
@@ -59,6 +63,23 @@ def test_ready_gives_the_versions_and_the_host_connects_with_its_api_version(tmp
             served = inner.version()
             assert served["ApiVersion"] == version
             assert f"docker={served['Version']}" in ready
+            assert inner.info()["DefaultRuntime"] == "crun"
+
+
+def test_the_children_runtime_can_be_runc(tmp_path):
+    with parent(tmp_path, "runc", environment={"NESTEDNET_OCI_RUNTIME": "runc"}) as (
+            state, container):
+        assert " oci=runc " in wait_ready(state, container)
+        with engine.using(state, container) as inner:
+            assert inner.info()["DefaultRuntime"] == "runc"
+
+
+def test_a_runtime_other_than_crun_or_runc_fails_the_parent(tmp_path):
+    with (parent(tmp_path, "oci", environment={"NESTEDNET_OCI_RUNTIME": "kata"}) as (
+            state, container),
+          pytest.raises(EnvironmentProblem, match="NESTEDNET_OCI_RUNTIME=kata: the children's "
+                        "runtime is crun or runc")):
+        wait_ready(state, container, timeout=60)
 
 
 def test_an_inner_engine_that_cannot_start_fails_the_parent_with_its_log(tmp_path):
