@@ -46,9 +46,8 @@ def engine_checks(host: Host, info: dict, has_image: bool, image: str,
     profiles = [o for o in info.get("SecurityOptions") or [] if o.startswith("name=seccomp")]
     profile = profiles[0].split("profile=")[-1] if profiles else "none"
     checks.append(Check(f"{name} seccomp", True,
-                        f"profile {profile}" + ("; parents start their components with "
-                                                "--no-new-keyring --no-pivot"
-                                                if profile == "default" else "")))
+                        f"profile {profile}" + ("; parents use runc --no-new-keyring "
+                                                "--no-pivot" if profile == "default" else "")))
     checks.append(Check(f"{name} parent image", has_image,
                         f"{image} {'present' if has_image else 'missing'}",
                         "" if has_image else f"`docker save {image} | docker load` on the host",

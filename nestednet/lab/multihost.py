@@ -5,10 +5,9 @@ here: on every host the main bridge and one VXLAN port per peer host; the contro
 (a Linux bridge per host, a VXLAN from each host to the CA's control namespace on this
 machine); node parents as Docker Swarm services pinned to their host
 (`node.hostname==HOST`), which run under Docker's default seccomp profile and so start
-their children through crun's (or runc's) --no-new-keyring --no-pivot
-(images/dind/oci-no-keyring, docs/multihost.md); links as flows on one or two hosts.
-Nodes are wired as nested ones are (nestednet.lab.wiring, with the host's namespace as
-their host side: swarm.py).
+their children through runc's --no-new-keyring --no-pivot (images/dind/runc-no-keyring,
+docs/multihost.md); links as flows on one or two hosts. Nodes are wired as nested ones
+are (nestednet.lab.wiring, with the host's namespace as their host side: swarm.py).
 
 A host is reached through a `HostHandle`, over the network only, the same way whether
 it is a real machine or one emulated here by the tests: its Docker engine at the hosts
@@ -40,7 +39,6 @@ from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.hostd import client as hostd
 from nestednet.hostd import protocol
 from nestednet.hostd import service as hostd_service
-from nestednet.lab import engine
 from nestednet.lab.design import labels
 from nestednet.lab.links import COOKIE_MARK, LabLinks
 from nestednet.lab.record import DIRECTORY, OVS_BRIDGE, SERVICE, VETH, LabRecord, Resource
@@ -239,8 +237,7 @@ def parent_service(manager: docker.DockerClient, lab: str, node: int, host: Host
         image, name=name, hostname=topo.node_name(node), labels={**spec_labels,
                                                                   SERVICE_LABEL: host.name},
         container_labels=spec_labels, constraints=[f"node.hostname=={host.name}"],
-        env=[f"{k}={v}" for k, v in {**INNER_RUNTIME_ENV,
-                                      engine.OCI_VARIABLE: engine.oci_runtime()}.items()],
+        env=[f"{k}={v}" for k, v in INNER_RUNTIME_ENV.items()],
         mounts=[docker.types.Mount("/nestednet", f"{host.state_there}/{name}", type="bind")],
         restart_policy=docker.types.RestartPolicy(condition="none"),
         cap_add=PARENT_SERVICE_CAPS["cap_add"], cap_drop=PARENT_SERVICE_CAPS["cap_drop"])

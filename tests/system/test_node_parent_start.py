@@ -74,6 +74,18 @@ def test_the_children_runtime_can_be_runc(tmp_path):
             assert inner.info()["DefaultRuntime"] == "runc"
 
 
+def test_a_multi_host_parent_keeps_runc_without_keyring_or_pivot(tmp_path):
+    # A Swarm service's /proc/sys is read-only, where crun 1.8 sets a child's sysctls.
+    with parent(tmp_path, "swarm", environment={"NESTEDNET_INNER_RUNTIME": "no-keyring",
+                                                "NESTEDNET_OCI_RUNTIME": "crun"}) as (
+            state, container):
+        assert " oci=runc " in wait_ready(state, container)
+        with engine.using(state, container) as inner:
+            info = inner.info()
+        assert info["DefaultRuntime"] == "nestednet-nk"
+        assert info["Runtimes"]["nestednet-nk"]["path"] == "/usr/local/bin/runc-no-keyring"
+
+
 def test_a_runtime_other_than_crun_or_runc_fails_the_parent(tmp_path):
     with (parent(tmp_path, "oci", environment={"NESTEDNET_OCI_RUNTIME": "kata"}) as (
             state, container),
