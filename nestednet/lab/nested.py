@@ -66,6 +66,9 @@ class NestedDesign(NodeDesign):
         self.user_archives: list[Path] = []
         self.node_schema: dict | None = None
         """The nodes' OVSDB schema, from the first node connected (all run one image)."""
+        self.parent_environment: dict[str, str] = {}
+        """What every node's parent is started with, read once before the first node (a
+        bad setting stops the create there: nestednet.lab.engine.parent_environment)."""
 
     def required_images(self) -> tuple[str, ...]:
         return (images.COMPONENT_IMAGE, images.DIND_IMAGE)
@@ -77,6 +80,7 @@ class NestedDesign(NodeDesign):
         return mode
 
     def prepare(self, build: Build) -> None:
+        self.parent_environment = engine.parent_environment()
         with build.clock.span(TEMPLATE_PHASE):
             self.template = node_image.template_for(build.client, self.security)
             self.user_archives = [images.image_archive(build.client, ref)
@@ -99,7 +103,7 @@ class NestedDesign(NodeDesign):
                     build.client, images.DIND_IMAGE, name=name,
                     labels=labels(lab, node=topo.node_name(node), role="parent"),
                     security=self.security, hostname=topo.node_name(node),
-                    environment=engine.parent_environment(),
+                    environment=self.parent_environment,
                     binds=node_image.parent_binds(state_dir, data_dir, self.template),
                     network_disabled=True)
             except docker.errors.DockerException as exc:

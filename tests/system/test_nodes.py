@@ -444,6 +444,17 @@ def test_an_engine_unused_for_its_idle_interval_parks_itself():
 
 
 @pytest.mark.system
+def test_a_bad_oci_runtime_setting_stops_create_before_any_node():
+    name = f"oci{os.getpid() % 100000}"
+    env = {**os.environ, "NESTEDNET_OCI_RUNTIME": "kata"}
+    done = subprocess.run([CLI, "create", "--lab", name, "-n", "1", "-m", "1"],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "NESTEDNET_OCI_RUNTIME='kata': give crun (the default) or runc" in done.stderr
+    assert lab_traces(name) == []
+
+
+@pytest.mark.system
 def test_killing_one_component_leaves_siblings_running(lab):
     from nestednet.adapters import netlink
 
