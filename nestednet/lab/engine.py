@@ -65,9 +65,10 @@ def ksm_offered() -> bool:
 
 OCI_VARIABLE = "NESTEDNET_OCI_RUNTIME"
 OCI_RUNTIMES = ("crun", "runc")
-"""The OCI runtime a node's inner engine starts its children with: crun (the default, 11 %
-less CPU a node than runc, docs/benchmarks.md) unless $NESTEDNET_OCI_RUNTIME says runc
-when the lab is created."""
+"""The OCI runtime a node's inner engine starts its children with: crun (the default; a
+node's parent took 11 % and 21 % less CPU than with runc in two alternated 12 x 4 runs,
+docs/benchmarks.md) unless $NESTEDNET_OCI_RUNTIME says runc when the lab is created.
+Multi-host parents keep runc whatever it says (images/dind/entrypoint)."""
 
 
 def oci_runtime() -> str:
