@@ -6,7 +6,9 @@ pyroute2) is measured right before and right after each measurement, idle around
 judged path's idle pings and, at the same one-way delay on as many directions, around the
 judged path's delayed pings. Exact to 0.2 ms per delayed direction on a real kernel; in
 the software-emulated VM, the reference's rise within 0.5 ms per delayed direction. Every
-verdict, with what the reference showed, goes to the results file.
+verdict, with what the reference showed, goes to the results file. Goodput is judged by
+linkemu.measure.RateJudge against a reference class of the same rate and delay on the same
+port (built with pyroute2), measured right before and right after it.
 """
 
 from __future__ import annotations
@@ -40,3 +42,11 @@ def delay_judge() -> Iterator[Callable[[str], measure.DelayJudge]]:
             return judges[parent]
 
         yield judge
+
+
+@pytest.fixture(scope="session")
+def rate_judge() -> measure.RateJudge:
+    """The goodput judge: a reference class on the same port right before and after."""
+    emulated = in_full_kernel_vm()
+    record("rate_judge", emulated=emulated)
+    return measure.RateJudge(emulated)

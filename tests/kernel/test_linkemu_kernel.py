@@ -13,10 +13,13 @@ emulator and so means le-br / le-cli / le-srv, applies as written; the state dir
 the test's own. Commands go through linkemu's CLI. Numbers are measured as the
 receiver sees them (linkemu.measure) and appended to results/linkemu-kernel.jsonl.
 
-Tolerances: goodput within 10 %, loss 10 +/- 3 % over 1000 pings; every RTT rise is
-judged against a reference netem measured around it (tests/kernel/conftest.py): 0.2 ms per
-delayed direction on a real kernel, the reference's rise + 0.5 ms per delayed direction in
-the emulated VM. Each delay is measured once; the verdicts are recorded.
+Tolerances: goodput within 10 % of the rate, judged against a reference class of the same
+rate and delay on the same port measured around it (linkemu.measure.RateJudge): around
+the configured rate on a real kernel, around the reference's goodput in the emulated VM;
+loss 10 +/- 3 % over 1000 pings; every RTT rise is judged against a reference netem
+measured around it (tests/kernel/conftest.py): 0.2 ms per delayed direction on a real
+kernel, the reference's rise + 0.5 ms per delayed direction in the emulated VM. Each rate
+and delay is measured once; the verdicts are recorded.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from nestednet.capabilities.shaping import available_qdiscs
 
 pytestmark = pytest.mark.kernel
 
-RATE_TOLERANCE = 0.10
+RATE_TOLERANCE = measure.RATE_TOLERANCE
 LAYOUT = testbed.Layout(clients=2, prefix="le")
 SERVER = str(LAYOUT.SERVER.ip)
 C1, C2 = LAYOUT.client_ns(1), LAYOUT.client_ns(2)
@@ -121,13 +124,28 @@ def stable_state() -> dict:
 # --- rate, delay, loss ---------------------------------------------------------------
 
 
+REFERENCE_SECONDS = 3
+"""Each of the rate judge's two reference transfers around the judged 5 s one."""
+
+
 @pytest.mark.parametrize("mbit", [1, 10, 50])
-def test_rate_gives_tcp_goodput_within_ten_percent(bed, tmp_path, mbit):
-    ok("apply", str(write_links(bed, tmp_path, c1={"rate": f"{mbit}Mbit", "delay": "2ms"})))
-    got = measure.goodput(C1, LAYOUT.server_ns, SERVER, seconds=5)
-    record("rate", shaper=shaping.DEFAULT_SHAPER, configured_mbit=mbit,
-           goodput_mbit=round(got / 1e6, 3))
-    assert abs(got - mbit * 1e6) <= RATE_TOLERANCE * mbit * 1e6, got
+def test_rate_gives_tcp_goodput_within_ten_percent(bed, tmp_path, mbit, rate_judge):
+    links = str(write_links(bed, tmp_path, c1={"rate": f"{mbit}Mbit", "delay": "2ms"}))
+    emulator = bed["links"]["emulator"]
+
+    def judged() -> float:
+        ok("apply", links)
+        return measure.goodput(C1, LAYOUT.server_ns, SERVER, seconds=5)
+
+    def reference() -> float:
+        ok("clear")
+        with measure.reference_class(emulator.get("netns"), emulator["server_port"],
+                                     shaping.DEFAULT_SHAPER, mbit * 10**6, delay_us=2000):
+            return measure.goodput(C1, LAYOUT.server_ns, SERVER, seconds=REFERENCE_SECONDS)
+
+    verdict = rate_judge.verdict(mbit * 10**6, judged, reference)
+    record("rate", shaper=shaping.DEFAULT_SHAPER, **verdict)
+    assert verdict["holds"], verdict
 
 
 @pytest.mark.parametrize("shaper", ["htb", "hfsc"])
