@@ -443,7 +443,7 @@ def judge_rate(emulated: bool, configured_bps: float, goodput_bps: float,
     On a real kernel the goodput must be within RATE_TOLERANCE of the configured rate (and
     so must the reference's, or nothing is judged). In the emulated VM the path's own
     capacity follows the host's load (PLATFORM.md: the CPU is about ten times slower):
-    with its rate lifted to 1 Gbit/s the testbed's path carried 113-152 Mbit/s on an idle
+    with its rate lifted to 1 Gbit/s the testbed's path carried 112-152 Mbit/s on an idle
     host and 35-55 with four busy loops on it, and CI once saw 40.8 Mbit/s at 50 Mbit/s
     where an idle VM carries 46.7-47.7. There the expectation is the reference's goodput,
     within RATE_TOLERANCE of the configured rate: what is judged is our shaping against
