@@ -423,7 +423,7 @@ def add_reference_class(ipr: IPRoute, index: int, parent: str, rate_bps: int,
 
 @contextmanager
 def reference_class(netns: str | None, port: str, parent: str, rate_bps: int,
-                    delay_us: int) -> Iterator[None]:
+                    delay_us: int | None = None) -> Iterator[None]:
     """``add_reference_class`` on ``port`` (in ``netns``) for the block, removed after.
     The port must carry no tree (clear linkemu's first)."""
     with netlink.route(netns) as ipr:
