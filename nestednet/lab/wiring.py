@@ -176,10 +176,8 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
                           mac=h.plan.mac_address(node, component, 1))
         netlink.add_neighbours(child, topo.CHILD_INTRA_IF,
                                h.plan.intra_neighbours(node, component))
-        if outer_mtu is not None:
-            child.link("set", index=netlink.index(child, outer_if), mtu=outer_mtu)
         netlink.configure(child, outer_if, outer_address,
-                          mac=h.plan.mac_address(node, component, 2))
+                          mac=h.plan.mac_address(node, component, 2), mtu=outer_mtu)
     with netlink.route(netlink.netns_path(h.parent_pid)) as parent:
         netlink.port_up(parent, intra_parent)
     h.node_ovs.add_port(topo.node_bridge(lab), intra_parent, external_ids=_ids(h, component))

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 import uuid
+from ipaddress import IPv4Interface
+from socket import AF_INET, AF_INET6
 
 import pytest
 from pyroute2.ethtool import Ethtool
 
 from nestednet.adapters import netlink
+from nestednet.errors import EnvironmentProblem
+
+IFF_UP = 1
 
 pytestmark = pytest.mark.system
 
@@ -82,3 +88,35 @@ def test_each_end_is_made_in_its_namespace_under_its_final_name(namespace, secon
     finally:
         holder.kill()
         holder.wait()
+
+
+
+def test_configure_sets_address_mac_mtu_and_state_and_port_up_gives_no_ipv6_address(
+        namespace):
+    with netlink.route(namespace) as ipr:
+        netlink.add_veth(ipr, "cfg0", "cfg1", offloads=True, netns=namespace)
+        netlink.add_veth(ipr, "prt0", "prt1", offloads=True, netns=namespace)
+        netlink.up(ipr, "cfg1")
+        netlink.up(ipr, "prt1")
+        netlink.configure(ipr, "cfg0", IPv4Interface("10.9.8.7/24"), mac="02:00:00:0a:0b:0c",
+                          mtu=1400)
+        netlink.port_up(ipr, "prt0")
+        links = {link.get_attr("IFLA_IFNAME"): link for link in ipr.get_links()}
+        cfg, port, peer = links["cfg0"], links["prt0"], links["prt1"]
+        assert cfg.get_attr("IFLA_ADDRESS") == "02:00:00:0a:0b:0c"
+        assert cfg.get_attr("IFLA_MTU") == 1400
+        assert cfg["flags"] & IFF_UP and port["flags"] & IFF_UP
+        assert [a.get_attr("IFA_ADDRESS")
+                for a in ipr.get_addr(family=AF_INET, index=cfg["index"])] == ["10.9.8.7"]
+        # The reference beside it: the port's peer, brought up plainly, gets a link-local
+        # address; by then the port would have one too.
+        deadline = time.monotonic() + 5
+        while not list(ipr.get_addr(family=AF_INET6, index=peer["index"])):
+            assert time.monotonic() < deadline, "the plain peer got no link-local address"
+            time.sleep(0.1)
+        assert list(ipr.get_addr(family=AF_INET6, index=port["index"])) == []
+
+
+def test_setting_a_missing_interface_is_a_named_error(namespace):
+    with netlink.route(namespace) as ipr, pytest.raises(EnvironmentProblem, match="nope0"):
+        netlink.up(ipr, "nope0")
