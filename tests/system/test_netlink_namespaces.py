@@ -90,7 +90,6 @@ def test_each_end_is_made_in_its_namespace_under_its_final_name(namespace, secon
         holder.wait()
 
 
-
 def test_configure_sets_address_mac_mtu_and_state_and_port_up_gives_no_ipv6_address(
         namespace):
     with netlink.route(namespace) as ipr:
