@@ -34,28 +34,54 @@ class Handler(Protocol):
 
 
 CA_NICE = -10
-"""The CA thread's nice value in a run: that of ovs-vswitchd as ovs-ctl starts it. The CA
-sits between every agent's request and its flows; at the default nice, on a busy machine
-(labs of 48 nested nodes, other work) it waited for the CPU after each wake-up, on
-each request and each flow install's reply, and that wait, not its work, set link latency."""
+"""The CA thread's nice value in a run where it may not be real-time (CA_REALTIME): that
+of ovs-vswitchd as ovs-ctl starts it. The CA sits between every agent's request and its
+flows; at the default nice, on a busy machine (labs of 48 nested nodes, other work) it
+waited for the CPU after each wake-up, on each request and each flow install's reply,
+and that wait, not its work, set link latency."""
+
+CA_REALTIME = 1
+"""The CA thread's SCHED_FIFO priority in a run (the lowest real-time one), where the system
+allows it. At nice -10 it still waited: a step wakes every agent at once (250 at 250 x 4,
+on 2 cores), and each woken agent may preempt a thread of the normal class whatever its
+nice value, so sending a step's 250 messages took 23-44 ms and requests waited behind
+it (docs/benchmarks.md, "The CA thread real-time"). It only ever runs on a message or a
+flow install's answer, so it cannot hold a core without input; SCHED_RESET_ON_FORK gives
+threads and processes it starts the normal class back."""
 
 
-def raise_priority(nice: int) -> bool:
-    """Give the calling thread (only) ``nice``; False, logged, when not allowed."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-    except OSError as exc:
-        log.info("CA thread keeps its priority (nice %d refused: %s)", nice, exc)
-        return False
-    return True
+def raise_priority(nice: int | None, realtime: int | None = None) -> str:
+    """Give the calling thread (only) SCHED_FIFO at ``realtime``, else ``nice`` when the
+    system refuses it (no CAP_SYS_NICE, no real-time budget in its cgroup); what it got:
+    "SCHED_FIFO N", "nice N" or "unchanged" (each refusal logged)."""
+    tid = threading.get_native_id()
+    if realtime is not None:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                                  os.sched_param(realtime))
+            return f"SCHED_FIFO {realtime}"
+        except OSError as exc:
+            log.info("CA thread not real-time (SCHED_FIFO %d refused: %s)", realtime, exc)
+    if nice is not None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+            return f"nice {nice}"
+        except OSError as exc:
+            log.info("CA thread keeps its priority (nice %d refused: %s)", nice, exc)
+    return "unchanged"
 
 
 class ControlServer:
     """Accepts agents, reads their lines, writes replies; all on one thread."""
 
-    def __init__(self, listener: socket.socket, nice: int | None = None) -> None:
-        """``nice``: the server thread's nice value (see CA_NICE); None leaves it."""
+    def __init__(self, listener: socket.socket, nice: int | None = None,
+                 realtime: int | None = None) -> None:
+        """``realtime``: the server thread's SCHED_FIFO priority (see CA_REALTIME), else
+        ``nice`` (CA_NICE); both None leave it as it is."""
         self.nice = nice
+        self.realtime = realtime
+        self.scheduling = "unchanged"
+        """What the server thread got (raise_priority), once it has started."""
         self._listener = listener
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -184,8 +210,8 @@ class ControlServer:
             self.handler.on_disconnect(conn_id)
 
     def _loop(self) -> None:
-        if self.nice is not None:
-            raise_priority(self.nice)
+        if self.nice is not None or self.realtime is not None:
+            self.scheduling = raise_priority(self.nice, self.realtime)
         while not self._stop.is_set():
             batch: list[tuple[int, dict]] = []
             timeout = 0.5

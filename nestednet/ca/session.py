@@ -31,7 +31,7 @@ from nestednet.ca.fidelity import FidelityCheck
 from nestednet.ca.flows import HostsInstaller, MainBridgeInstaller
 from nestednet.ca.link_shaping import RunShaping
 from nestednet.ca.player import Player, PlayResult
-from nestednet.ca.server import CA_NICE, ControlServer, listen
+from nestednet.ca.server import CA_NICE, CA_REALTIME, ControlServer, listen
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab import designs, runs
 from nestednet.lab.create import CreateRequest, create
@@ -260,7 +260,8 @@ class CaSession:
             self.shaping_info = self.shaping.check()
             self.events.write("shaping", scenario_time=0.0, **self.shaping_info)
         self.server = ControlServer(_listen_in(topo.control_netns(lab.record.lab),
-                                               *self.address), nice=CA_NICE)
+                                               *self.address), nice=CA_NICE,
+                                    realtime=CA_REALTIME)
         self.ca = CommunicationAssistant(
             self.server, self.table, self.installer,
             node_ids={n.name: n.node_id for n in scenario.nodes},
@@ -530,7 +531,8 @@ def _clock_started(ca_session: CaSession, clock: runs.ScenarioClock, t0_wall: fl
     ca_session.events.write(PLAY, scenario_time=0.0, t0_wall=round(t0_wall, 6), speed=speed,
                             addresses={name: entry["address"] for name, entry
                                        in ca_session.directory().items()},
-                            intra=str(ca_session.links.plan.intra))
+                            intra=str(ca_session.links.plan.intra),
+                            ca_scheduling=ca_session.server.scheduling)
     clock.start(t0_wall, speed, events_path)
 
 

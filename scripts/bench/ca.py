@@ -5,9 +5,10 @@ For 100 and 200 GNAB agents run as plain processes (no containers) against a rea
 Open vSwitch bridge: the CA, the agents, Algorithm 1 and `ovs-ofctl --bundle` are all
 real; only the bridge has no ports, so the flows reference port numbers nothing is
 plugged into (OVS accepts and stores them like any other). Agents and CA talk over
-loopback TCP. Each scenario step's visibility comes from the random-waypoint
-generator; a step counts as settled when every visible pair with a free iPHY on both
-sides is linked.
+loopback TCP; the CA's thread is scheduled as in a run (nestednet.ca.server.CA_REALTIME,
+else CA_NICE; the report's `ca_scheduling` says which). Each scenario step's
+visibility comes from the random-waypoint generator; a step counts as settled when
+every visible pair with a free iPHY on both sides is linked.
 
 Prints JSON (median and p90 per agent count, plus the raw per-step values, and the
 run's negotiation summary: requests, refusals by reason, request -> flows latency)
@@ -41,7 +42,7 @@ from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.ca.assistant import CommunicationAssistant, EventLog
 from nestednet.ca.flows import SESSIONS, MainBridgeInstaller
 from nestednet.ca.player import Player
-from nestednet.ca.server import ControlServer, listen
+from nestednet.ca.server import CA_NICE, CA_REALTIME, ControlServer, listen
 from nestednet.capabilities.nodes import ovs_datapath
 from nestednet.model.events import negotiation_summary
 from nestednet.model.link_table import InterNodeLinks
@@ -94,7 +95,7 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
                         model="random-waypoint", seed=seed, iphys=iphys)
     names = list(scenario.node_names)
     table = InterNodeLinks(scenario.iphy_inventory())
-    server = ControlServer(listen("127.0.0.1", 0))
+    server = ControlServer(listen("127.0.0.1", 0), nice=CA_NICE, realtime=CA_REALTIME)
     ports = {(n, f"iphy{j}"): k * iphys + j for k, n in enumerate(names)
              for j in range(1, iphys + 1)}
     installer = MainBridgeInstaller(BRIDGE, lambda node, iphy: ports[(node, iphy)],
@@ -141,7 +142,8 @@ def measure(count: int, iphys: int, steps: int, seed: int, settle_timeout: float
         server.stop()
     changed = [r["ms"] for r in results[1:] if r["links_up"] or r["links_down"]]
     return {"agents": count, "iphys": iphys, "range": range_, "pace_s": pace,
-            "sessions": sessions, "load1_after": round(os.getloadavg()[0], 2),
+            "sessions": sessions, "ca_scheduling": server.scheduling,
+            "load1_after": round(os.getloadavg()[0], 2),
             "negotiation": negotiation_summary(ca.events.records), "steps": results,
             "median_ms": round(statistics.median(changed), 2) if changed else None,
             "p90_ms": round(statistics.quantiles(changed, n=10)[-1], 2)
@@ -163,6 +165,7 @@ def summarise_repeats(runs: list[dict]) -> dict:
 
     return {"agents": runs[0]["agents"], "iphys": runs[0]["iphys"], "range": runs[0]["range"],
             "pace_s": runs[0]["pace_s"], "sessions": runs[0]["sessions"],
+            "ca_scheduling": runs[0]["ca_scheduling"],
             "repeats": len(runs),
             "median": {"requests": med([n["requests"] for n in neg]),
                        "refused": med([n["refused"] for n in neg]),

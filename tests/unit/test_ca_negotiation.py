@@ -1052,6 +1052,53 @@ def test_the_ca_thread_takes_the_nice_value_it_is_given(tmp_path):
     assert os.getpriority(os.PRIO_PROCESS, 0) == server.nice - 3  # the caller's is unchanged
 
 
+def _scheduling_seen(server: ControlServer, tmp_path) -> list:
+    """(policy, nice) of the server thread, and the policy of a thread it starts."""
+    seen = []
+    server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
+                                        node_ids={}, control_ips={},
+                                        events=EventLog(tmp_path / "e.jsonl")))
+
+    def look() -> tuple[int, int, int]:
+        tid = threading.get_native_id()
+        child: list[int] = []
+        started = threading.Thread(target=lambda: child.append(
+            os.sched_getscheduler(threading.get_native_id())))
+        started.start()
+        started.join()
+        return (os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK,
+                os.getpriority(os.PRIO_PROCESS, tid), child[0])
+
+    try:
+        seen.append(server.call(look))
+    finally:
+        server.stop()
+    return seen
+
+
+def test_the_ca_thread_is_real_time_where_allowed_and_says_what_it_got(tmp_path):
+    before = os.sched_getscheduler(0)
+    server = ControlServer(listen("127.0.0.1", 0), nice=-5, realtime=1)
+    [(policy, _, child)] = _scheduling_seen(server, tmp_path)
+    if server.scheduling == "SCHED_FIFO 1":
+        assert policy == os.SCHED_FIFO
+        assert child == os.SCHED_OTHER  # what it starts is not real-time
+    else:  # no CAP_SYS_NICE or no real-time budget here: the nice value instead
+        assert server.scheduling == "nice -5" and policy == os.SCHED_OTHER
+    assert os.sched_getscheduler(0) == before  # the caller's is unchanged
+
+
+def test_a_refused_real_time_priority_falls_back_to_the_nice_value(tmp_path, monkeypatch):
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    nice = os.getpriority(os.PRIO_PROCESS, 0) + 2
+    server = ControlServer(listen("127.0.0.1", 0), nice=nice, realtime=1)
+    [(policy, got, _)] = _scheduling_seen(server, tmp_path)
+    assert (server.scheduling, policy, got) == (f"nice {nice}", os.SCHED_OTHER, nice)
+
+
 def test_runs_switch_threads_promptly_and_restore_the_interval_after():
     before = sys.getswitchinterval()
     with prompt_thread_switches(0.0002):
