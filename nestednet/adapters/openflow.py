@@ -408,12 +408,6 @@ class Channel:
             done, errors, self._errors = self._waiting.pop(xid), self._errors, []
             done(errors)
 
-    def _output_flow(self, *rule: int | None) -> object:
-        return output_flow(*rule)
-
-    def _delete_cookie(self, cookie: int, mask: int = (1 << 64) - 1) -> object:
-        return delete_cookie(cookie, mask)
-
     def _request(self, message: object, reply_kind: int) -> list[bytes]:
         """Send ``message`` and return the bodies of its replies (several for a
         multipart reply), handling whatever else the switch sends meanwhile."""
@@ -464,18 +458,18 @@ class Channel:
                packed: bool = False) -> list:
         """The batch's flow-mods; with ``packed`` the link pairs and cookie deletes as
         Packed (not for bundles: a bundle-add wraps an os-ken message)."""
-        if packed:
-            flow, gone = self._link_flow, self._cookie_delete
-            messages: list = [Packed(gone, (cookie,)) for cookie in delete]
-        else:
-            messages = [self._delete_cookie(cookie) for cookie in delete]
-        messages += [self._delete_cookie(cookie, mask) for cookie, mask in delete_masked]
+        def link_flow(cookie: int, a: int, b: int) -> object:
+            return Packed(self._link_flow, (cookie, a, b)) if packed else \
+                output_flow(cookie, a, b)
+
+        def gone(cookie: int) -> object:
+            return Packed(self._cookie_delete, (cookie,)) if packed else delete_cookie(cookie)
+
+        messages = [gone(cookie) for cookie in delete]
+        messages += [delete_cookie(cookie, mask) for cookie, mask in delete_masked]
         for cookie, a, b in add:
-            if packed:
-                messages += [Packed(flow, (cookie, a, b)), Packed(flow, (cookie, b, a))]
-            else:
-                messages += [self._output_flow(cookie, a, b), self._output_flow(cookie, b, a)]
-        messages += [self._output_flow(*rule) for rule in rules]
+            messages += [link_flow(cookie, a, b), link_flow(cookie, b, a)]
+        messages += [output_flow(*rule) for rule in rules]
         return messages
 
     def submit(self, done: Callable[[list[str]], None], *,

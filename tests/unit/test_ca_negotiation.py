@@ -1037,24 +1037,8 @@ def test_agent_forgets_the_last_runs_visibility_on_a_new_id():
     assert [(m["dst_node"], m["step"]) for m in out] == [("c", 0)]
 
 
-def test_the_ca_thread_takes_the_nice_value_it_is_given(tmp_path):
-    server = ControlServer(listen("127.0.0.1", 0), nice=os.getpriority(os.PRIO_PROCESS, 0) + 3)
-    seen = []
-    server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
-                                        node_ids={}, control_ips={},
-                                        events=EventLog(tmp_path / "e.jsonl")))
-    try:
-        seen.append(server.call(lambda: os.getpriority(os.PRIO_PROCESS,
-                                                       threading.get_native_id())))
-    finally:
-        server.stop()
-    assert seen == [server.nice]
-    assert os.getpriority(os.PRIO_PROCESS, 0) == server.nice - 3  # the caller's is unchanged
-
-
-def _scheduling_seen(server: ControlServer, tmp_path) -> list:
-    """(policy, nice) of the server thread, and the policy of a thread it starts."""
-    seen = []
+def _scheduling_seen(server: ControlServer, tmp_path) -> tuple[int, int, int]:
+    """The server thread's policy and nice value, and the policy of a thread it starts."""
     server.start(CommunicationAssistant(server, InterNodeLinks({}), RecordingInstaller(),
                                         node_ids={}, control_ips={},
                                         events=EventLog(tmp_path / "e.jsonl")))
@@ -1070,16 +1054,22 @@ def _scheduling_seen(server: ControlServer, tmp_path) -> list:
                 os.getpriority(os.PRIO_PROCESS, tid), child[0])
 
     try:
-        seen.append(server.call(look))
+        return server.call(look)
     finally:
         server.stop()
-    return seen
+
+
+def test_the_ca_thread_takes_the_nice_value_it_is_given(tmp_path):
+    server = ControlServer(listen("127.0.0.1", 0), nice=os.getpriority(os.PRIO_PROCESS, 0) + 3)
+    _, got, _ = _scheduling_seen(server, tmp_path)
+    assert got == server.nice
+    assert os.getpriority(os.PRIO_PROCESS, 0) == server.nice - 3  # the caller's is unchanged
 
 
 def test_the_ca_thread_is_real_time_where_allowed_and_says_what_it_got(tmp_path):
     before = os.sched_getscheduler(0)
     server = ControlServer(listen("127.0.0.1", 0), nice=-5, realtime=1)
-    [(policy, _, child)] = _scheduling_seen(server, tmp_path)
+    policy, _, child = _scheduling_seen(server, tmp_path)
     if server.scheduling == "SCHED_FIFO 1":
         assert policy == os.SCHED_FIFO
         assert child == os.SCHED_OTHER  # what it starts is not real-time
@@ -1095,7 +1085,7 @@ def test_a_refused_real_time_priority_falls_back_to_the_nice_value(tmp_path, mon
     monkeypatch.setattr(os, "sched_setscheduler", refuse)
     nice = os.getpriority(os.PRIO_PROCESS, 0) + 2
     server = ControlServer(listen("127.0.0.1", 0), nice=nice, realtime=1)
-    [(policy, got, _)] = _scheduling_seen(server, tmp_path)
+    policy, got, _ = _scheduling_seen(server, tmp_path)
     assert (server.scheduling, policy, got) == (f"nice {nice}", os.SCHED_OTHER, nice)
 
 
