@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+from collections.abc import Iterator
 
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SYS_PIDFD_GETFD = 438
@@ -57,9 +58,30 @@ def set_receive_buffers(pid: int, size: int, ifindexes: set[int] | None = None) 
 
     Raises OSError when the kernel refuses (no pidfd_getfd, no ptrace right on
     ``pid``, no CAP_NET_ADMIN)."""
+    changed = 0
+    for sock in _borrowed(pid, ifindexes):
+        with sock:
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < size:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
+        changed += 1
+    return changed
+
+
+def receive_buffers(pid: int, ifindexes: set[int] | None = None) -> list[int]:
+    """The receive buffer sizes (as SO_RCVBUF reports them) of ``pid``'s AF_PACKET
+    sockets bound to ``ifindexes`` (all, if None): what `set_receive_buffers` left."""
+    sizes = []
+    for sock in _borrowed(pid, ifindexes):
+        with sock:
+            sizes.append(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    return sizes
+
+
+def _borrowed(pid: int, ifindexes: set[int] | None) -> Iterator[socket.socket]:
+    """Our own descriptor of each such socket of ``pid`` (pidfd_getfd), one at a time;
+    the caller closes it."""
     libc = ctypes.CDLL(None, use_errno=True)
     pidfd = os.pidfd_open(pid)
-    changed = 0
     try:
         for fd in socket_fds(pid, ifindexes):
             dup = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
@@ -68,10 +90,6 @@ def set_receive_buffers(pid: int, size: int, ifindexes: set[int] | None = None) 
                 if err == 9:  # EBADF: closed since we listed it
                     continue
                 raise OSError(err, f"pidfd_getfd({pid}, {fd}): {os.strerror(err)}")
-            with socket.socket(fileno=dup) as sock:
-                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < size:
-                    sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
-            changed += 1
+            yield socket.socket(fileno=dup)
     finally:
         os.close(pidfd)
-    return changed

@@ -20,23 +20,26 @@ from nestednet import images
 from nestednet.adapters import docker_engine, netlink
 from nestednet.adapters.ovsdb import Ovsdb
 from nestednet.capabilities.nodes import ovs_datapath
-from nestednet.datapath import VethOffloads
+from nestednet.datapath import VethOffloads, reads_ports_by_socket
 from nestednet.errors import EnvironmentProblem, Interrupted, NestedNetError, UsageError
 from nestednet.lab import designs, lock, teardown
 from nestednet.lab.design import DEFAULT_JOBS, Build, CreateRequest, Notify, PhaseClock
 from nestednet.lab.record import LabRecord
 from nestednet.lab.runs import process_start
-from nestednet.lab.wiring import LAB_ID
+from nestednet.lab.wiring import LAB_ID, enlarge_port_buffers
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
 from nestednet.routing import strategies
 from nestednet.signals import deferred_sigint
 
-__all__ = ["DEFAULT_JOBS", "LAB_PHASE", "PREPARE_PHASE", "CreateRequest", "create", "validate"]
+__all__ = ["DEFAULT_JOBS", "HOST_PORTS_PHASE", "LAB_PHASE", "PREPARE_PHASE", "CreateRequest",
+           "create", "validate"]
 
 PREPARE_PHASE = "prepare"
 """Connecting to the engine and OVS, input and name checks, the privilege probe."""
 LAB_PHASE = "lab networks"
+HOST_PORTS_PHASE = "host ports"
+"""Adding every node's ports to the host's switch at once (nestednet.lab.wiring.HostPorts)."""
 
 
 def validate(request: CreateRequest) -> tuple[topo.Shape, AddressPlan]:
@@ -134,6 +137,8 @@ def create(request: CreateRequest, notify: Notify = lambda phase, node: None) ->
                 with clock.span(LAB_PHASE):
                     design.lab_networks(build)
                 _build_nodes(build, design.build_node)
+                with clock.span(HOST_PORTS_PHASE):
+                    attach_host_ports(build)
             except BaseException as exc:
                 with deferred_sigint():
                     removed = roll_back(record, client, host_ovs, exc)
@@ -167,6 +172,16 @@ def _build_nodes(build: Build, build_node) -> None:
                     other.cancel()
                 wait(futures)
                 raise f.exception()
+
+
+def attach_host_ports(build: Build) -> None:
+    """The ports the nodes' builders held back (nestednet.lab.wiring.HostPorts), one
+    transaction a bridge, their sockets then enlarged as a node's own switch's are: a
+    flat baseline or a nested lab with overflowing sockets would misreport both
+    (65,386 retransmits per inter-node stream, nestednet.datapath)."""
+    build.host_ports.add_to(build.host_ovs)
+    if reads_ports_by_socket(build.datapath):
+        enlarge_port_buffers(0, 0, build.host_ports.names())
 
 
 def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, datapath: str,

@@ -36,7 +36,7 @@ from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab.links import LabLinks, dead_nodes
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import NETNS, OVS_BRIDGE, LabRecord
-from nestednet.lab.wiring import LAB_ID
+from nestednet.lab.wiring import LAB_ID, HostPorts
 from nestednet.model import topology as topo
 from nestednet.model.addressing import CA_PORT, AddressPlan
 from nestednet.model.component_spec import COMPONENT_CAPS, check_component_caps
@@ -140,6 +140,8 @@ class Build:
     clock: PhaseClock
     notify: Notify
     cancelled: threading.Event = field(default_factory=threading.Event)
+    host_ports: HostPorts = field(default_factory=HostPorts)
+    """Ports for the host's switch, added once every node is built (HostPorts says why)."""
 
     @contextlib.contextmanager
     def phase(self, phase: str, node: int) -> Iterator[None]:

@@ -44,7 +44,6 @@ import docker.errors
 
 from nestednet import images
 from nestednet.adapters import docker_engine, netlink
-from nestednet.datapath import reads_ports_by_socket
 from nestednet.errors import EnvironmentProblem, UsageError
 from nestednet.lab.design import (
     Build,
@@ -57,7 +56,7 @@ from nestednet.lab.design import (
 )
 from nestednet.lab.nodes import Lab
 from nestednet.lab.record import CONTAINER, OVS_BRIDGE
-from nestednet.lab.wiring import LAB_ID, add_veth, enlarge_port_buffers
+from nestednet.lab.wiring import LAB_ID, add_veth
 from nestednet.model import topology as topo
 from nestednet.model.addressing import AddressPlan, plan_from_dict
 
@@ -179,10 +178,6 @@ class FlatDesign(NodeDesign):
             container.reload()
             pid = int(container.attrs["State"]["Pid"])
             _wire(build, node, pid)
-            if reads_ports_by_socket(build.datapath):
-                # As a nested node's: a flat baseline with overflowing sockets would
-                # flatter the nested numbers (65,386 retransmits per inter-node stream).
-                enlarge_port_buffers(pid, 0, _host_ports(lab, node, shape.iphys))
 
     def node_status(self, lab: Lab, number: int, plan: AddressPlan) -> dict:
         """Components are processes: their state is whether the process runs."""
@@ -252,7 +247,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
                      peer_in=pid)
             netlink.port_up(host, port)
             comp_ids = {**ids, "org.nestednet.component": topo.component_name(index)}
-            build.host_ovs.add_port(switch, port, external_ids=comp_ids)
+            build.host_ports.add_port(switch, port, external_ids=comp_ids)
             if index == 0:
                 outer = veth("control-host", 0)
                 add_veth(host, build.record, outer, CONTROL_IF, offloads=True,
@@ -264,7 +259,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
                 add_veth(host, build.record, outer, inter_if(index),
                          offloads=build.offloads.main, peer_in=pid)
                 netlink.port_up(host, outer)
-                build.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
+                build.host_ports.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
                                         ofport=plan.port_number(node, index))
     rows = node_plan(plan, node)
     _sysctls(nsname, [r["ifname"] for r in rows])
@@ -279,13 +274,6 @@ def _wire(build: Build, node: int, pid: int) -> None:
                          row["ifname"]), prefsrc=str(address.ip), table=row["table"])
                 ns.rule("add", src=str(address.ip), src_len=32, table=row["table"],
                         priority=row["table"])
-
-
-def _host_ports(lab: str, node: int, iphys: int) -> list[str]:
-    """A flat node's ports in the host's OVS: every component's on its own bridge, and
-    every iPHY's on the main bridge."""
-    return ([topo.veth_name(lab, node, "intra-parent", i) for i in range(iphys + 1)]
-            + [topo.veth_name(lab, node, "inter-host", i) for i in range(1, iphys + 1)])
 
 
 def _sysctls(namespace: str, ifnames: list[str]) -> None:

@@ -121,12 +121,11 @@ class NestedDesign(NodeDesign):
                 children = start_children(build, inner, node)
             with build.phase("wiring", node):
                 parent_pid = int(parent.attrs["State"]["Pid"])
-                wire_node(NodeHandles(lab, node, parent_pid, node_ovs, build.host_ovs,
+                wire_node(NodeHandles(lab, node, parent_pid, node_ovs, build.host_ports,
                                       build.plan, build.record, build.offloads),
                           build.datapath, children)
                 if reads_ports_by_socket(build.datapath):
-                    enlarge_port_buffers(parent_pid, len(children), [
-                        topo.veth_name(lab, node, "inter-host", i) for i in children if i])
+                    enlarge_port_buffers(parent_pid, len(children), [])
                 routing = strategies.named(build.request.routing)
                 for index in children:
                     start_routing(inner, routing, build.plan, node, index,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +205,35 @@ class PortBatch:
     def add_to(self, switch: Ovsdb) -> None:
         for bridge, ports in self.ports.items():
             switch.add_ports(bridge, ports)
+
+
+class HostPorts(PortBatch):
+    """Every port a create adds to the host's switch, held until all nodes are built
+    and then added in one transaction a bridge (nestednet.lab.create).
+
+    ovs-vswitchd reconfigures its bridges at every link change in its namespace (its
+    interface notifier), not only at OVSDB transactions, and each reconfiguration and
+    the status refresh after it visit every port it has: with ports added node by node,
+    a create's cost in the host switch grows with the square of the lab. Ports that
+    join at the end make each of those passes cheap. Nothing reaches a component
+    through the host switch during a create (the main bridge has no flows yet), so
+    nothing waits for them. Shared by the create's node builders, hence the lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def add_port(self, bridge: str, port: str, **kwargs: object) -> None:
+        with self.lock:
+            super().add_port(bridge, port, **kwargs)
+
+    def add_ports(self, bridge: str, ports: list[tuple[str, dict]]) -> None:
+        with self.lock:
+            self.ports.setdefault(bridge, []).extend(ports)
+
+    def names(self) -> list[str]:
+        with self.lock:
+            return [port for ports in self.ports.values() for port, _ in ports]
 
 
 def wire_node(h: NodeHandles, datapath: str, children: dict[int, int]) -> None:

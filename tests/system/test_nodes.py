@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +21,9 @@ import pytest
 from labs import swap_code
 
 from nestednet import images
-from nestednet.adapters import netns_exec
+from nestednet.adapters import netns_exec, packet_sockets
+from nestednet.datapath import PORT_RCVBUF_BYTES, reads_ports_by_socket
+from nestednet.model import topology as topo
 
 LAB = "t2"
 CLI = str(Path(sys.executable).parent / "nestednet")
@@ -135,6 +138,22 @@ def test_switch_ports_have_no_ipv6_address_and_components_theirs_at_once(lab):
     for component, ifname in (("gnab", "intra"), ("iphy1", "inter")):
         out = run_in("n1", component, "ip", "-6", "addr", "show", "dev", ifname).stdout
         assert "scope link" in out and "tentative" not in out, (component, out)
+
+
+@pytest.mark.system
+def test_the_lab_ports_in_the_host_switch_read_through_enlarged_buffers(lab):
+    """Create adds the nodes' ports to the host's switch once all are built, and only
+    then enlarges the sockets ovs-vswitchd reads them through: each of the lab's
+    iPHY ports has one, at the size nestednet.datapath sets (the kernel doubles it)."""
+    meta = json.loads((LABS / LAB / "lab.json").read_text())
+    if not reads_ports_by_socket(meta["datapath"]):
+        pytest.skip(f"datapath {meta['datapath']}: ports are not read through sockets")
+    switch = int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text())
+    ports = {socket.if_nametoindex(topo.veth_name(LAB, node, "inter-host", iphy))
+             for node in (1, 2) for iphy in (1, 2)}
+    sizes = packet_sockets.receive_buffers(switch, ports)
+    assert len(sizes) == len(ports)
+    assert min(sizes) == 2 * PORT_RCVBUF_BYTES
 
 
 @pytest.mark.system

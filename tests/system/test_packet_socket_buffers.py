@@ -54,3 +54,5 @@ def test_only_the_sockets_of_the_given_interfaces_get_the_buffer(holder):
     assert _sizes(holder) == [default[0], 2 * SIZE, default[2]]  # the kernel doubles it
     assert packet_sockets.set_receive_buffers(holder.pid, SIZE) == 2
     assert _sizes(holder) == [2 * SIZE, 2 * SIZE, default[2]]  # UDP left alone
+    assert packet_sockets.receive_buffers(holder.pid, {lo}) == [2 * SIZE]
+    assert sorted(packet_sockets.receive_buffers(holder.pid)) == [2 * SIZE, 2 * SIZE]
