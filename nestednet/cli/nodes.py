@@ -50,6 +50,9 @@ def register(group: click.Group) -> None:
 @click.option("--jobs", "-j", type=int, default=None,
               help="Nodes built in parallel (default: 2 x cores, at most 8).")
 @click.option("--timings", is_flag=True, help="Print how long each phase took.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the lab's record as JSON (create_s, timings per phase, plan, "
+                   "...); the progress bars still go to stderr.")
 @click.option("--flat", is_flag=True,
               help="Baseline: one plain container per node, its components as processes "
                    "sharing one network namespace (the Containernet way; see "
@@ -75,7 +78,7 @@ def register(group: click.Group) -> None:
 @click.option("--place", "pins", multiple=True, metavar="NODE=HOST",
               help="With --hosts: put NODE on HOST (repeatable), before the others are placed.")
 def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | None,
-           jobs: int | None, timings: bool, flat: bool, routing: str,
+           jobs: int | None, timings: bool, as_json: bool, flat: bool, routing: str,
            component_caps: tuple[str, ...], user_images: tuple[tuple[str, str], ...],
            hosts_file: Path | None, spread: bool, pins: tuple[str, ...]) -> None:
     """Create a lab of N nodes, each a GNAB plus M iPHYs.
@@ -112,6 +115,9 @@ def create(nodes: int, iphys: int, lab: str, cpus: float | None, memory: int | N
                              progress=lambda phase, node: bar.advance(tasks[phase]))
     meta = made_lab.meta
     made_lab.close()
+    if as_json:
+        print_json(meta)
+        return
     made = f"gnab + {iphys} iPHYs)" + (f" over {len(set(meta['placement'].values()))} hosts"
                                        if "placement" in meta else "")
     out_console.print(f"{plan.title}lab {lab}: {nodes} nodes x ({made} created in "

@@ -75,12 +75,17 @@ def lab_traces(lab: str) -> list[str]:
     return found
 
 
+CREATED: dict = {}
+"""What `create --json` printed for the module's lab."""
+
+
 @pytest.fixture(scope="module")
 def lab():
     nn("delete", "--lab", LAB)
     done = nn("create", "--lab", LAB, "--nodes", "2", "--iphys", "2", "--memory", "64",
-              "--timings")
+              "--json")
     assert done.returncode == 0, done.stderr
+    CREATED.update(json.loads(done.stdout))
     yield LAB
     nn("delete", "--lab", LAB)
     assert lab_traces(LAB) == []
@@ -138,6 +143,16 @@ def test_switch_ports_have_no_ipv6_address_and_components_theirs_at_once(lab):
     for component, ifname in (("gnab", "intra"), ("iphy1", "inter")):
         out = run_in("n1", component, "ip", "-6", "addr", "show", "dev", ifname).stdout
         assert "scope link" in out and "tentative" not in out, (component, out)
+
+
+@pytest.mark.system
+def test_create_json_is_the_lab_record_with_every_phase_timed(lab):
+    record = json.loads((LABS / LAB / "lab.json").read_text())
+    assert {k: record[k] for k in ("create_s", "timings", "plan")} == {
+        k: CREATED[k] for k in ("create_s", "timings", "plan")}
+    assert CREATED["status"] == "complete" and CREATED["nodes"] == 2
+    assert {"parents", "children", "wiring", "host ports"} <= set(CREATED["timings"])
+    assert CREATED["timings"]["wiring"]["count"] == 2
 
 
 @pytest.mark.system
