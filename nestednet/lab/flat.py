@@ -260,7 +260,7 @@ def _wire(build: Build, node: int, pid: int) -> None:
                          offloads=build.offloads.main, peer_in=pid)
                 netlink.port_up(host, outer)
                 build.host_ports.add_port(topo.main_bridge(lab), outer, external_ids=comp_ids,
-                                        ofport=plan.port_number(node, index))
+                                          ofport=plan.port_number(node, index))
     rows = node_plan(plan, node)
     _sysctls(nsname, [r["ifname"] for r in rows])
     with netlink.route(nsname) as ns:

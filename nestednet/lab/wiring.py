@@ -62,7 +62,8 @@ class NodeHandles:
     node: int
     parent_pid: int
     node_ovs: Ovsdb
-    host_ovs: Ovsdb
+    host_ovs: Ovsdb | PortBatch
+    """The host's switch, or what holds its ports back (`create`: HostPorts)."""
     plan: AddressPlan
     record: LabRecord
     offloads: VethOffloads
