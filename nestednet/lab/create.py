@@ -181,7 +181,7 @@ def attach_host_ports(build: Build) -> None:
     (65,386 retransmits per inter-node stream, nestednet.datapath)."""
     build.host_ports.add_to(build.host_ovs)
     if reads_ports_by_socket(build.datapath):
-        enlarge_port_buffers(0, 0, build.host_ports.names())
+        enlarge_port_buffers(parent_pid=0, node_ports=0, host_ports=build.host_ports.names())
 
 
 def initial_meta(request: CreateRequest, shape: topo.Shape, plan: AddressPlan, datapath: str,

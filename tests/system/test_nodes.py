@@ -23,6 +23,7 @@ from labs import swap_code
 from nestednet import images
 from nestednet.adapters import netns_exec, packet_sockets
 from nestednet.datapath import PORT_RCVBUF_BYTES, reads_ports_by_socket
+from nestednet.lab.wiring import HOST_VSWITCHD_PIDFILE
 from nestednet.model import topology as topo
 
 LAB = "t2"
@@ -160,10 +161,9 @@ def test_the_lab_ports_in_the_host_switch_read_through_enlarged_buffers(lab):
     """Create adds the nodes' ports to the host's switch once all are built, and only
     then enlarges the sockets ovs-vswitchd reads them through: each of the lab's
     iPHY ports has one, at the size nestednet.datapath sets (the kernel doubles it)."""
-    meta = json.loads((LABS / LAB / "lab.json").read_text())
-    if not reads_ports_by_socket(meta["datapath"]):
-        pytest.skip(f"datapath {meta['datapath']}: ports are not read through sockets")
-    switch = int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text())
+    if not reads_ports_by_socket(CREATED["datapath"]):
+        pytest.skip(f"datapath {CREATED['datapath']}: ports are not read through sockets")
+    switch = int(HOST_VSWITCHD_PIDFILE.read_text())
     ports = {socket.if_nametoindex(topo.veth_name(LAB, node, "inter-host", iphy))
              for node in (1, 2) for iphy in (1, 2)}
     sizes = packet_sockets.receive_buffers(switch, ports)
