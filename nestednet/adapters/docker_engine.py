@@ -23,8 +23,19 @@ def client_for(url: str, *, timeout: int = 120) -> docker.DockerClient:
     """A client for a hosts file's engine URL (unix://, tcp://, ssh://), not yet asked
     anything. ssh:// goes through the OpenSSH client (its keys, known hosts and agent, as
     the docker CLI's `-H ssh://` does), not paramiko, which NestedNet does not install."""
-    return docker.DockerClient(base_url=url, timeout=timeout,
-                               use_ssh_client=url.startswith("ssh://"))
+    return _client(url, timeout=timeout, use_ssh_client=url.startswith("ssh://"))
+
+
+def _client(url: str, **kwargs: object) -> docker.DockerClient:
+    """A client that, on a unix socket, does not look for proxy settings in the
+    environment before every request as requests does by default: no proxy reaches a
+    unix socket, and the look took 0.2 of the 0.9 ms of CPU a request to the host's
+    engine cost here (500 pings, medians of 5). A create makes about 20 requests a
+    node."""
+    client = docker.DockerClient(base_url=url, **kwargs)
+    if url.startswith("unix://"):
+        client.api.trust_env = False
+    return client
 
 
 def connect(base_url: str | None = None, *, timeout: int = 120,
@@ -37,8 +48,7 @@ def connect(base_url: str | None = None, *, timeout: int = 120,
     """
     base_url = base_url or os.environ.get("DOCKER_HOST") or HOST_SOCKET
     try:
-        client = docker.DockerClient(base_url=base_url, timeout=timeout,
-                                     version=api_version or "auto")
+        client = _client(base_url, timeout=timeout, version=api_version or "auto")
         client.ping()
     except docker.errors.DockerException as exc:
         raise EnvironmentProblem(

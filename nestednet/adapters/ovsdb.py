@@ -107,6 +107,17 @@ def _schema_helper(remote: str, schema: dict | None):
     return helper
 
 
+def json_parser() -> str:
+    """Which JSON lexer python-ovs reads OVSDB messages with: "C" (its ovs._json
+    extension, which scripts/setup links in from Debian's python3-openvswitch) or
+    "PYTHON" (PyPI's wheel has no compiled parts). A create reads every node's switch
+    through it: 26.5 against 33.9 CPU-s in the create process at 120 x 4
+    (docs/benchmarks.md, session 28)."""
+    import ovs.json
+
+    return str(ovs.json.PARSER)
+
+
 TRANSACTION_TIMEOUT = 60
 """Seconds a transaction may take, including ovs-vswitchd applying it. A bound for a stuck
 switch, not a speed: seen over 10 s for deleting a bridge with kernel-datapath ports in the

@@ -162,6 +162,17 @@ def ovs_check() -> Check:
     return Check("ovs", True, f"Open vSwitch {version} running", needed_for_create=True)
 
 
+def ovs_json_check() -> Check:
+    """Not needed for create, but a create without it takes longer (ovsdb.json_parser)."""
+    parser = ovsdb.json_parser()
+    if parser == "C":
+        return Check("ovs json", True, "python-ovs reads OVSDB messages in C (ovs._json)")
+    return Check("ovs json", False, "python-ovs reads OVSDB messages in pure Python "
+                 "(creates take more CPU)",
+                 "run scripts/setup (links Debian's python3-openvswitch C parser into "
+                 "the venv when their Python ABI matches)")
+
+
 @functools.cache
 def ovs_datapath() -> str:
     """"system" when the openvswitch kernel module is (or can be) loaded, else "netdev"."""

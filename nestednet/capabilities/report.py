@@ -10,6 +10,7 @@ from nestednet.capabilities.nodes import (
     is_root,
     memory_check,
     ovs_check,
+    ovs_json_check,
     privilege_check,
 )
 from nestednet.capabilities.shaping import emulation_check, qdisc_checks, router_check
@@ -26,6 +27,7 @@ def report(image: str | None) -> list[Check]:
         checks.append(Check("privileged", False, "not probed: engine down", "", True))
     checks.append(cgroup_check())
     checks.append(ovs_check())
+    checks.append(ovs_json_check())
     checks.append(datapath_check())
     checks.append(memory_check())
     checks.extend(qdisc_checks())

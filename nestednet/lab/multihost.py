@@ -264,7 +264,7 @@ def wait_parent(lab: str, node: int, host: HostHandle, timeout: float = 300) -> 
 def inner_engine(lab: str, node: int, host: HostHandle) -> docker.DockerClient:
     """The parent's inner engine, through its socket forwarded by the host's helper."""
     sock = host.forward(lab, node, "docker.sock")
-    return docker.DockerClient(base_url=f"unix://{sock}", timeout=120)
+    return docker_engine.client_for(f"unix://{sock}")
 
 
 def node_ovsdb(lab: str, node: int, host: HostHandle) -> Ovsdb:

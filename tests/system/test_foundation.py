@@ -69,6 +69,24 @@ def test_doctor_json_agrees_with_detection():
         assert c["ok"] or c["fix"] or c["name"] == "privileged", c
 
 
+def test_setup_gave_python_ovs_its_c_json_parser():
+    """scripts/setup links Debian's compiled JSON lexer into the venv (PyPI's python-ovs
+    has none); it reads an OVSDB update as the standard library does, and doctor says so."""
+    import ovs.json
+
+    assert ovs.json.PARSER == "C"
+    assert type(ovs.json.Parser()).__module__ == "ovs._json"
+    message = ('{"id":null,"method":"update2","params":[["monid","Open_vSwitch"],'
+               '{"Interface":{"5c1e":{"insert":{"name":"nn-n1-i1","ofport":3,'
+               '"external_ids":["map",[["org.nestednet.lab","l\\u00e9"]]],'
+               '"mtu":["set",[]],"link_speed":1.0e10}}}}]}')
+    parser = ovs.json.Parser()
+    assert parser.feed(message) == len(message)
+    assert parser.finish() == json.loads(message)
+    checks = {c["name"]: c for c in json.loads(_cli("doctor", "--json").stdout)["checks"]}
+    assert checks["ovs json"]["ok"] is True
+
+
 def test_engine_down_is_a_clear_error(tmp_path: Path):
     nowhere = f"unix://{tmp_path}/no-engine.sock"
     with pytest.raises(EnvironmentProblem, match="not reachable") as caught:
