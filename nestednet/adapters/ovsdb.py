@@ -201,8 +201,8 @@ class Ovsdb:
 
         ``schema``: the database's schema (`schema` of a connection to a server of the
         same Open vSwitch build, e.g. another node of the lab: one node image), so it is
-        not fetched again. python-ovs lexes it in pure Python: ~20 ms of CPU here, a
-        third of opening a node's connection."""
+        not fetched again. Lexed in pure Python (see json_parser) it cost ~20 ms of CPU
+        here, a third of opening a node's connection."""
         from ovsdbapp.backend.ovs_idl import connection
         from ovsdbapp.schema.open_vswitch import impl_idl
 
