@@ -208,6 +208,57 @@ def datapath_check() -> Check:
 VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 
 
+# --- scheduling --------------------------------------------------------------------
+
+SCHED_FIFO, SCHED_RR = 1, 2
+
+
+def switch_scheduling(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc"
+                      ) -> dict | None:
+    """The host ovs-vswitchd's main thread as the scheduler sees it: ``realtime``
+    (SCHED_FIFO/RR), ``nice``, and ``autogroup_nice`` (None when the kernel groups no
+    sessions: sched_autogroup_enabled 0 or absent). None when it is not found."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(pidfile.read_text().strip())
+        stat = Path(f"{proc}/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is stat's 3rd (state)
+        nice, policy = int(fields[16]), int(fields[38])
+        autogroup = None
+        enabled = Path(f"{proc}/sys/kernel/sched_autogroup_enabled")
+        if enabled.exists() and enabled.read_text().strip() == "1":
+            autogroup = int(Path(f"{proc}/{pid}/autogroup").read_text().split()[-1])
+        return {"pid": pid, "realtime": policy in (SCHED_FIFO, SCHED_RR), "nice": nice,
+                "autogroup_nice": autogroup}
+    return None
+
+
+def switch_cpu_check(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> Check:
+    """Whether the host's ovs-vswitchd is ahead of the lab for the CPU, as ovs-ctl means
+    it to be (nice -10). With autogroup scheduling on, a nice value only ranks the threads
+    of one session against each other, and the switch's session competes as nice 0 with
+    every other one: at 250 x 4 its flow installs then waited behind the agents a step
+    wakes (docs/setup.md, "The switch's CPU priority"). Not needed for create."""
+    sched = switch_scheduling(pidfile, proc)
+    if sched is None:
+        return Check("switch cpu", False, "host ovs-vswitchd not found", "")
+    if sched["realtime"]:
+        return Check("switch cpu", True, "host ovs-vswitchd main thread real-time")
+    group = sched["autogroup_nice"]
+    if group is None:
+        ahead = sched["nice"] < 0
+        detail = f"host ovs-vswitchd at nice {sched['nice']} (no autogroups)"
+    else:
+        ahead = group < 0
+        detail = f"host ovs-vswitchd's session (autogroup) at nice {group}"
+        if not ahead:
+            detail += f"; its own nice {sched['nice']} ranks it within that session only"
+    fix = "" if ahead else (f"echo -10 > {proc}/{sched['pid']}/autogroup"
+                            if group is not None else f"renice -n -10 -p {sched['pid']}")
+    if fix:
+        fix += " (scripts/setup does this for an OVS it starts)"
+    return Check("switch cpu", ahead, detail, fix)
+
+
 def locked_kb(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> int | None:
     """How much of the host's ovs-vswitchd is locked in memory (kB; None: not found)."""
     with contextlib.suppress(OSError, ValueError):

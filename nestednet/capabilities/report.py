@@ -12,6 +12,7 @@ from nestednet.capabilities.nodes import (
     ovs_check,
     ovs_json_check,
     privilege_check,
+    switch_cpu_check,
 )
 from nestednet.capabilities.shaping import emulation_check, qdisc_checks, router_check
 from nestednet.capabilities.vm import vm_check
@@ -30,6 +31,7 @@ def report(image: str | None) -> list[Check]:
     checks.append(ovs_json_check())
     checks.append(datapath_check())
     checks.append(memory_check())
+    checks.append(switch_cpu_check())
     checks.extend(qdisc_checks())
     checks.append(emulation_check())
     checks.append(router_check())

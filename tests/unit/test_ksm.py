@@ -145,3 +145,63 @@ def test_nodes_offer_their_ovs_to_ksm_unless_told_not_to(monkeypatch):
     monkeypatch.setenv("NESTEDNET_KSM", "yes")
     with pytest.raises(UsageError, match="NESTEDNET_KSM"):
         engine.parent_environment()
+
+
+# /proc/PID/stat of this machine's host ovs-vswitchd (2026-11-29), whose `ps -o ni,cls`
+# said -10 TS and `chrt -p` SCHED_OTHER; a comm with a space and a ')' checks the parse.
+VSWITCHD_STAT = (
+    "12826 (ovs-vswitchd) S 12825 12825 12825 0 -1 4194624 78019 0 0 0 2738 2443 0 0 10 "
+    "-10 6 0 2357333 2582392832 16074 18446744073709551615 93927472648192 93927474567913 "
+    "140736131816384 0 0 0 0 4096 25603 0 0 0 17 1 0 0 0 0 0 93927475323968 "
+    "93927475608064 93928495247360 140736131824047 140736131824261 140736131824261 "
+    "140736131825633 0\n")
+
+
+def _scheduled(tmp_path: Path, stat: str, autogroup: str | None, enabled: str | None):
+    proc = tmp_path / "proc"
+    (proc / "12826").mkdir(parents=True)
+    (proc / "12826" / "stat").write_text(stat)
+    if autogroup is not None:
+        (proc / "12826" / "autogroup").write_text(autogroup)
+    if enabled is not None:
+        (proc / "sys" / "kernel").mkdir(parents=True)
+        (proc / "sys" / "kernel" / "sched_autogroup_enabled").write_text(enabled)
+    pidfile = tmp_path / "ovs-vswitchd.pid"
+    pidfile.write_text("12826\n")
+    return pidfile, str(proc)
+
+
+def test_switch_cpu_check_sees_through_nice_to_the_session_autogroup(tmp_path):
+    """ovs-ctl's nice -10 does not rank the switch ahead of other sessions when the
+    kernel groups sessions (autogroup): the check then reads the autogroup's nice."""
+    from nestednet.capabilities.nodes import switch_cpu_check, switch_scheduling
+
+    pidfile, proc = _scheduled(tmp_path, VSWITCHD_STAT, "/autogroup-39179 nice 0\n", "1\n")
+    assert switch_scheduling(pidfile, proc) == {"pid": 12826, "realtime": False,
+                                                "nice": -10, "autogroup_nice": 0}
+    check = switch_cpu_check(pidfile, proc)
+    assert not check.ok and not check.needed_for_create
+    assert "autogroup) at nice 0" in check.detail and "own nice -10" in check.detail
+    assert check.fix.startswith(f"echo -10 > {proc}/12826/autogroup")
+    (Path(proc) / "12826" / "autogroup").write_text("/autogroup-39179 nice -10\n")
+    assert switch_cpu_check(pidfile, proc).ok
+
+
+def test_switch_cpu_check_without_autogroups_and_real_time(tmp_path):
+    from nestednet.capabilities.nodes import switch_cpu_check
+
+    pidfile, proc = _scheduled(tmp_path, VSWITCHD_STAT, None, "0\n")
+    check = switch_cpu_check(pidfile, proc)
+    assert check.ok and check.detail == "host ovs-vswitchd at nice -10 (no autogroups)"
+    at_zero = VSWITCHD_STAT.replace(" 10 -10 6 ", " 20 0 6 ")
+    (Path(proc) / "12826" / "stat").write_text(at_zero)
+    check = switch_cpu_check(pidfile, proc)
+    assert not check.ok and check.fix.startswith("renice -n -10 -p 12826")
+    # proc(5): field 40 rt_priority, 41 policy (1 = SCHED_FIFO); priority -2 for FIFO 1.
+    fifo = VSWITCHD_STAT.replace(" 10 -10 6 ", " -2 0 6 ").replace(
+        " 17 1 0 0 0 0 0 ", " 17 1 1 1 0 0 0 ")
+    (Path(proc) / "12826" / "stat").write_text(fifo.replace("(ovs-vswitchd)", "(ovs (x) d)"))
+    check = switch_cpu_check(pidfile, proc)
+    assert check.ok and "real-time" in check.detail
+    gone = switch_cpu_check(tmp_path / "no.pid", proc)
+    assert not gone.ok and gone.detail == "host ovs-vswitchd not found"
