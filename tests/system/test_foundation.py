@@ -67,6 +67,17 @@ def test_doctor_json_agrees_with_detection():
     mode = parent_security_mode(images.COMPONENT_IMAGE)
     assert ("fallback" in checks["privileged"]["detail"]) is (mode == "capset")
     assert checks["ovs json"]["ok"] is (ovs.json.PARSER == "C")
+    # The switch's CPU priority, read here with chrt and the autogroup file directly.
+    pid = Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip()
+    policy = subprocess.run(["chrt", "-p", pid], capture_output=True, text=True).stdout
+    grouped = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    if "SCHED_FIFO" in policy or "SCHED_RR" in policy:
+        ahead = True
+    elif grouped:
+        ahead = Path(f"/proc/{pid}/autogroup").read_text().split()[-1].startswith("-")
+    else:
+        ahead = os.getpriority(os.PRIO_PROCESS, int(pid)) < 0
+    assert checks["switch cpu"]["ok"] is ahead, checks["switch cpu"]
     for c in report["checks"]:
         assert c["ok"] or c["fix"] or c["name"] == "privileged", c
 

@@ -25,7 +25,7 @@ from nestednet.ca.assistant import CommunicationAssistant, EventLog, LinkEnds
 from nestednet.ca.flows import MainBridgeInstaller
 from nestednet.ca.mirror import AgentMirror
 from nestednet.ca.server import ControlServer, listen
-from nestednet.ca.session import prompt_thread_switches
+from nestednet.ca.session import frozen_heap, prompt_thread_switches
 from nestednet.model.events import (
     LATENCY_PHASES,
     Event,
@@ -1094,6 +1094,32 @@ def test_runs_switch_threads_promptly_and_restore_the_interval_after():
     with prompt_thread_switches(0.0002):
         assert sys.getswitchinterval() == pytest.approx(0.0002)
     assert sys.getswitchinterval() == before
+
+
+def test_play_freezes_the_live_heap_after_collecting_garbage_and_thaws_it_after():
+    """A cycle that is garbage when play starts is collected, not frozen for the run;
+    what is alive is frozen (full passes skip it) and thawed when play ends, also when
+    it ends by an error."""
+    import gc
+    import weakref
+
+    class Cycle:
+        pass
+
+    gc.unfreeze()
+    dead = Cycle()
+    dead.me = dead
+    gone = weakref.ref(dead)
+    del dead
+    alive = Cycle()
+    alive.me = alive
+    with pytest.raises(RuntimeError), frozen_heap():
+        assert gone() is None
+        assert gc.get_freeze_count() > 0
+        assert gc.is_tracked(alive) and not any(o is alive for o in gc.get_objects(2))
+        raise RuntimeError("play ended by an error")
+    assert gc.get_freeze_count() == 0
+    assert any(o is alive for o in gc.get_objects(2))
 
 
 def test_the_cas_id_keeps_what_the_poll_found_and_drops_iphys_it_does_not_name():
