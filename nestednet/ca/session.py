@@ -452,7 +452,8 @@ def frozen_heap() -> Iterator[None]:
     the cyclic collector's full passes until play ends: at 250 x 4 each full pass walked
     them all, 60-230 ms holding the GIL, and the CA's thread waited behind it (the
     requests of the step it fell on: `to_ca` p90 75-100 ms, docs/benchmarks.md). Garbage
-    is collected first, so nothing unreachable is frozen; objects still die by refcount."""
+    is collected first, so nothing unreachable is frozen; objects still die by refcount.
+    The freeze is the process's: two runs in one process thaw it when the first ends."""
     gc.collect()
     gc.freeze()
     try:
