@@ -49,6 +49,12 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
 
+    def _describe_range(self) -> str:
+        # click describes a range with no bounds as "x<=None" in --help.
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -74,3 +75,20 @@ def test_help_lists_commands_with_explanations(cli):
     for line in commands:
         name, _, explanation = line.strip().partition(" ")
         assert explanation.strip(), f"command {name} has no one-line explanation"
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()):
+    for name, command in sorted(group.commands.items()):
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+
+
+@pytest.mark.parametrize("cli", [nestednet_main, linkemu_main])
+def test_no_help_page_prints_a_bound_it_does_not_have(cli):
+    """click describes a FloatRange with no bounds as `[x<=None]` (create's --cpus did)."""
+    for path, _ in _commands(cli):
+        result = CliRunner().invoke(cli, [*path, "--help"], terminal_width=200)
+        assert result.exit_code == 0, (path, result.output)
+        assert "None]" not in result.output and "x<=None" not in result.output, \
+            (path, result.output)
