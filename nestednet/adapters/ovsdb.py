@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nestednet.errors import EnvironmentProblem
@@ -18,7 +19,10 @@ from nestednet.errors import EnvironmentProblem
 if TYPE_CHECKING:  # the per-host helper imports this module without jsonschema
     from nestednet.model.placement import Tls
 
-HOST_DB = "unix:/var/run/openvswitch/db.sock"
+HOST_RUNDIR = "/var/run/openvswitch"
+HOST_DB = f"unix:{HOST_RUNDIR}/db.sock"
+HOST_VSWITCHD_PIDFILE = Path(HOST_RUNDIR) / "ovs-vswitchd.pid"
+"""The host's ovs-vswitchd (scripts/setup starts it with ovs-ctl's default paths)."""
 
 _CONNECT_LOCK = threading.Lock()
 

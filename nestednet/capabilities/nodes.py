@@ -205,7 +205,7 @@ def datapath_check() -> Check:
 
 # --- memory ------------------------------------------------------------------------
 
-VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+VSWITCHD_PIDFILE = ovsdb.HOST_VSWITCHD_PIDFILE
 
 
 # --- scheduling --------------------------------------------------------------------

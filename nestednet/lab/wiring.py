@@ -26,12 +26,11 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyroute2 import NetlinkError
 
-from nestednet.adapters import netlink, packet_sockets
+from nestednet.adapters import netlink, ovsdb, packet_sockets
 from nestednet.datapath import PORT_RCVBUF_BYTES, VethOffloads
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.record import VETH, LabRecord
@@ -278,9 +277,6 @@ def unwire_component(h: NodeHandles, component: int) -> None:
             netlink.delete(ipr, veth)
 
 
-HOST_VSWITCHD_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
-
-
 def enlarge_port_buffers(parent_pid: int, node_ports: int, host_ports: list[str],
                          timeout: float = 10.0) -> int:
     """Give a node's port sockets PORT_RCVBUF_BYTES (nestednet.datapath says why): all
@@ -327,6 +323,6 @@ def _node_vswitchd(parent_pid: int) -> int | None:
 
 def _host_vswitchd() -> int | None:
     try:
-        return int(HOST_VSWITCHD_PIDFILE.read_text().strip())
+        return int(ovsdb.HOST_VSWITCHD_PIDFILE.read_text().strip())
     except (OSError, ValueError):
         return None

@@ -22,8 +22,8 @@ from labs import swap_code
 
 from nestednet import images
 from nestednet.adapters import netns_exec, packet_sockets
+from nestednet.adapters.ovsdb import HOST_VSWITCHD_PIDFILE
 from nestednet.datapath import PORT_RCVBUF_BYTES, reads_ports_by_socket
-from nestednet.lab.wiring import HOST_VSWITCHD_PIDFILE
 from nestednet.model import topology as topo
 
 LAB = "t2"
