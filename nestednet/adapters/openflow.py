@@ -27,6 +27,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from nestednet.adapters.ovsdb import HOST_RUNDIR
 from nestednet.errors import EnvironmentProblem
 from nestednet.model.placement import Tls
 
@@ -259,7 +260,7 @@ class Channel:
     (the switch answers in order). ``change`` waits for its own batch.
     """
 
-    def __init__(self, bridge: str, rundir: str = "/var/run/openvswitch",
+    def __init__(self, bridge: str, rundir: str = HOST_RUNDIR,
                  timeout: float = 10.0, *, listener: Listener | None = None,
                  dpid: int | None = None) -> None:
         """A session with ``bridge``: through its management socket in ``rundir``, or,

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nestednet.adapters.ovsdb import HOST_RUNDIR
+
 
 @dataclass(frozen=True)
 class Proc:
@@ -75,7 +77,7 @@ def host_ovs_pids() -> list[int]:
     pids = []
     for name in ("ovs-vswitchd", "ovsdb-server"):
         with contextlib.suppress(OSError, ValueError):
-            pids.append(int(Path(f"/var/run/openvswitch/{name}.pid").read_text().strip()))
+            pids.append(int(Path(HOST_RUNDIR, f"{name}.pid").read_text().strip()))
     return pids
 
 

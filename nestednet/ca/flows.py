@@ -11,6 +11,7 @@ import select
 from collections.abc import Callable
 
 from nestednet.adapters import openflow
+from nestednet.adapters.ovsdb import HOST_RUNDIR
 from nestednet.ca.assistant import LinkEnds
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab.multihost import HostLinks
@@ -53,7 +54,7 @@ class MainBridgeInstaller:
     """
 
     def __init__(self, bridge: str, port_of: PortOf, cookie_of: CookieOf,
-                 rundir: str = "/var/run/openvswitch", *, sessions: int = SESSIONS) -> None:
+                 rundir: str = HOST_RUNDIR, *, sessions: int = SESSIONS) -> None:
         if sessions < 1:
             raise ValueError(f"sessions must be at least 1, not {sessions}")
         self.bridge = bridge

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from nestednet.adapters import ksm
 from nestednet.adapters.cgroups import cgroup_memory, directory_memory, memory_cgroup
+from nestednet.adapters.ovsdb import HOST_VSWITCHD_PIDFILE
 from nestednet.api.lab import Lab
 from nestednet.bench.memory import drop_page_caches
 from nestednet.bench.procmem import cgroup_cpu_s, cgroup_dir_cpu_s, cpu_cgroup, cpu_s
@@ -47,7 +48,6 @@ from nestednet.model import capacity as cap
 
 MB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
-OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 
 
 def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -62,7 +62,7 @@ def ppid(pid: int) -> int:
 
 
 def ovs_pid() -> int:
-    return int(OVS_PIDFILE.read_text().strip())
+    return int(HOST_VSWITCHD_PIDFILE.read_text().strip())
 
 
 def grid_like(lab: Lab, nodes: int, iphys: int) -> int:

@@ -13,6 +13,7 @@ import pytest
 
 from nestednet import images
 from nestednet.adapters import docker_engine
+from nestednet.adapters.ovsdb import HOST_VSWITCHD_PIDFILE
 from nestednet.capabilities.nodes import cgroup_version, ovs_datapath, parent_security_mode
 from nestednet.capabilities.shaping import available_qdiscs
 from nestednet.errors import EnvironmentProblem
@@ -68,7 +69,7 @@ def test_doctor_json_agrees_with_detection():
     assert ("fallback" in checks["privileged"]["detail"]) is (mode == "capset")
     assert checks["ovs json"]["ok"] is (ovs.json.PARSER == "C")
     # The switch's CPU priority, read here with chrt and the autogroup file directly.
-    pid = Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip()
+    pid = HOST_VSWITCHD_PIDFILE.read_text().strip()
     policy = subprocess.run(["chrt", "-p", pid], capture_output=True, text=True).stdout
     grouped = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
     if "SCHED_FIFO" in policy or "SCHED_RR" in policy:
