@@ -243,20 +243,21 @@ def switch_cpu_check(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> C
         return Check("switch cpu", False, "host ovs-vswitchd not found", "")
     if sched["realtime"]:
         return Check("switch cpu", True, "host ovs-vswitchd main thread real-time")
-    group = sched["autogroup_nice"]
+    pid, group = sched["pid"], sched["autogroup_nice"]
     if group is None:
         ahead = sched["nice"] < 0
         detail = f"host ovs-vswitchd at nice {sched['nice']} (no autogroups)"
+        fix = f"renice -n -10 -p {pid}"
     else:
         ahead = group < 0
         detail = f"host ovs-vswitchd's session (autogroup) at nice {group}"
         if not ahead:
             detail += f"; its own nice {sched['nice']} ranks it within that session only"
-    fix = "" if ahead else (f"echo -10 > {proc}/{sched['pid']}/autogroup"
-                            if group is not None else f"renice -n -10 -p {sched['pid']}")
-    if fix:
-        fix += " (scripts/setup does this for an OVS it starts)"
-    return Check("switch cpu", ahead, detail, fix)
+        fix = f"echo -10 > {proc}/{pid}/autogroup"
+    if ahead:
+        return Check("switch cpu", True, detail)
+    return Check("switch cpu", False, detail,
+                 f"{fix} (scripts/setup does this for an OVS it starts)")
 
 
 def locked_kb(pidfile: Path = VSWITCHD_PIDFILE, proc: str = "/proc") -> int | None:

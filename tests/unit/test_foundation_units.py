@@ -77,17 +77,17 @@ def test_help_lists_commands_with_explanations(cli):
         assert explanation.strip(), f"command {name} has no one-line explanation"
 
 
-def _commands(group: click.Group, path: tuple[str, ...] = ()):
+def _command_paths(group: click.Group, path: tuple[str, ...] = ()):
     for name, command in sorted(group.commands.items()):
-        yield (*path, name), command
+        yield (*path, name)
         if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
+            yield from _command_paths(command, (*path, name))
 
 
 @pytest.mark.parametrize("cli", [nestednet_main, linkemu_main])
 def test_no_help_page_prints_a_bound_it_does_not_have(cli):
     """click describes a FloatRange with no bounds as `[x<=None]` (create's --cpus did)."""
-    for path, _ in _commands(cli):
+    for path in _command_paths(cli):
         result = CliRunner().invoke(cli, [*path, "--help"], terminal_width=200)
         assert result.exit_code == 0, (path, result.output)
         assert "None]" not in result.output and "x<=None" not in result.output, \
