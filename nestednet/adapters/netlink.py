@@ -101,8 +101,9 @@ def _socket_in(namespace: str) -> int:
         socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE).detach())
 
 
-def write_sysctls(namespace: str, settings: dict[str, str]) -> None:
-    """Set per-namespace sysctls (keys as under /proc/sys, e.g. net/ipv4/ip_forward).
+def write_sysctls(namespace: str | None, settings: dict[str, str]) -> None:
+    """Set per-namespace sysctls (keys as under /proc/sys, e.g. net/ipv4/ip_forward) in
+    ``namespace``, or in this process's own when None.
 
     pyroute2 has no sysctl call; /proc/sys seen from inside the namespace is the
     namespace's own, so writing there is the whole job.
@@ -113,7 +114,10 @@ def write_sysctls(namespace: str, settings: dict[str, str]) -> None:
             # reached through (the helper's own /proc/sys is read-only in its container).
             Path(PROC, "sys", key).write_text(value)
 
-    in_namespace(namespace, write)
+    if namespace is None:
+        write()
+    else:
+        in_namespace(namespace, write)
 
 
 def route_monitor(namespace: str) -> socket.socket:
@@ -319,20 +323,24 @@ def up(ipr: IPRoute, ifname: str) -> None:
     set_link(ipr, ifname, state="up")
 
 
-NO_IPV6_ADDRESSES = {"attrs": [("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", 1)]})]}
-"""IFLA_AF_SPEC for IN6_ADDR_GEN_MODE_NONE (the kernel takes it on an existing link only)."""
-
-
-def port_up(ipr: IPRoute, ifname: str, master: str | None = None) -> None:
+def port_up(ipr: IPRoute, ifname: str, master: str | None = None, *,
+            namespace: str | None = None) -> None:
     """Bring up ``ifname``, an interface that is only a switch port (of an OVS bridge, or
-    of the Linux bridge ``master``), with no IPv6 address of its own. A port needs none,
-    and a link-local address would make it speak in the emulated network (duplicate
-    address detection, router solicitations, MLD reports) and cost the kernel address
-    configuration work (ipv6_addrconf and MLD workers showed in a `create`'s profile).
+    of the Linux bridge ``master``), with IPv6 off on it; ``namespace`` is where ``ipr``
+    works (None: this process's own).
+
+    A port needs no IPv6 of its own. A link-local address would make it speak in the
+    emulated network (duplicate address detection, router solicitations, MLD reports)
+    and cost address configuration work. Even without addresses, an IPv6 interface that
+    is up gets a multicast route (ff00::/8, local table): with a thousand lab ports in
+    one namespace, every route change made whoever dumps that namespace's routes read a
+    thousand of them, and the host's ovs-vswitchd dumps them on each change it hears of
+    (a 250 x 4 create's host switch CPU grew with the nodes already built).
     """
-    set_link(ipr, ifname, IFLA_AF_SPEC=NO_IPV6_ADDRESSES)
-    # The address mode in a request of its own, before the link goes up: within one
-    # request, which the kernel applies first is not something it promises.
+    try:
+        write_sysctls(namespace, {f"net/ipv6/conf/{ifname}/disable_ipv6": "1"})
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(f"interface {ifname} not found") from exc
     attrs: dict[str, object] = {"state": "up"}
     if master is not None:
         attrs["master"] = index(ipr, master)

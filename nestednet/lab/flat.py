@@ -253,7 +253,8 @@ def _wire(build: Build, node: int, pid: int) -> None:
                 add_veth(host, build.record, outer, CONTROL_IF, offloads=True,
                          name_in=topo.control_netns(lab), peer_in=pid)
                 with netlink.route(topo.control_netns(lab)) as ctl:
-                    netlink.port_up(ctl, outer, master=topo.control_bridge(lab))
+                    netlink.port_up(ctl, outer, master=topo.control_bridge(lab),
+                                    namespace=topo.control_netns(lab))
             else:
                 outer = veth("inter-host", index)
                 add_veth(host, build.record, outer, inter_if(index),

@@ -162,12 +162,13 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
                      where=h.where, netns=h.host_netns, peer_in=child_pid,
                      name_in=None if h.control_on_host else topo.control_netns(lab))
             if h.control_on_host:
-                netlink.port_up(host, outer, master=topo.control_bridge(lab))
+                netlink.port_up(host, outer, master=topo.control_bridge(lab),
+                                namespace=h.host_netns)
             outer_address, outer_mtu = h.plan.control_address(node), h.control_mtu
         else:
             add_veth(host, h.record, outer, topo.CHILD_INTER_IF, offloads=h.offloads.main,
                      where=h.where, netns=h.host_netns, peer_in=child_pid)
-            netlink.port_up(host, outer)
+            netlink.port_up(host, outer, namespace=h.host_netns)
             outer_address, outer_mtu = h.plan.inter_address(node, component), h.inter_mtu
     netlink.write_sysctls(netlink.netns_path(child_pid), component_sysctls(component))
     outer_if = topo.CHILD_CONTROL_IF if component == 0 else topo.CHILD_INTER_IF
@@ -180,12 +181,13 @@ def wire_component(h: NodeHandles, component: int, child_pid: int) -> None:
         netlink.configure(child, outer_if, outer_address,
                           mac=h.plan.mac_address(node, component, 2), mtu=outer_mtu)
     with netlink.route(netlink.netns_path(h.parent_pid)) as parent:
-        netlink.port_up(parent, intra_parent)
+        netlink.port_up(parent, intra_parent, namespace=netlink.netns_path(h.parent_pid))
     h.node_ovs.add_port(topo.node_bridge(lab), intra_parent, external_ids=_ids(h, component))
     if component == 0:
         if not h.control_on_host:
             with netlink.route(topo.control_netns(lab)) as ctl:
-                netlink.port_up(ctl, outer, master=topo.control_bridge(lab))
+                netlink.port_up(ctl, outer, master=topo.control_bridge(lab),
+                                namespace=topo.control_netns(lab))
     else:
         h.host_ovs.add_port(topo.main_bridge(lab), outer, external_ids=_ids(h, component),
                             ofport=h.plan.port_number(node, component))

@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from ipaddress import IPv4Interface
+from pathlib import Path
 from socket import AF_INET, AF_INET6
 
 import pytest
@@ -17,6 +18,8 @@ from nestednet.adapters import netlink
 from nestednet.errors import EnvironmentProblem
 
 IFF_UP = 1
+LOCAL_TABLE = 255
+RTN_MULTICAST = 5
 
 pytestmark = pytest.mark.system
 
@@ -99,7 +102,7 @@ def test_configure_sets_address_mac_mtu_and_state_and_port_up_gives_no_ipv6_addr
         netlink.up(ipr, "prt1")
         netlink.configure(ipr, "cfg0", IPv4Interface("10.9.8.7/24"), mac="02:00:00:0a:0b:0c",
                           mtu=1400)
-        netlink.port_up(ipr, "prt0")
+        netlink.port_up(ipr, "prt0", namespace=namespace)
         links = {link.get_attr("IFLA_IFNAME"): link for link in ipr.get_links()}
         cfg, port, peer = links["cfg0"], links["prt0"], links["prt1"]
         assert cfg.get_attr("IFLA_ADDRESS") == "02:00:00:0a:0b:0c"
@@ -114,6 +117,23 @@ def test_configure_sets_address_mac_mtu_and_state_and_port_up_gives_no_ipv6_addr
             assert time.monotonic() < deadline, "the plain peer got no link-local address"
             time.sleep(0.1)
         assert list(ipr.get_addr(family=AF_INET6, index=port["index"])) == []
+        # Nor the multicast route every IPv6 interface that is up gets (ff00::/8, local
+        # table): the plain peer has it.
+        assert _multicast_routes(ipr, peer["index"]) == ["ff00::"]
+        assert _multicast_routes(ipr, port["index"]) == []
+        assert netlink.in_namespace(namespace, lambda: Path(
+            "/proc/sys/net/ipv6/conf/prt0/disable_ipv6").read_text().strip()) == "1"
+
+
+def _multicast_routes(ipr, index: int) -> list[str]:
+    return [route.get_attr("RTA_DST")
+            for route in ipr.get_routes(family=AF_INET6, table=LOCAL_TABLE, oif=index)
+            if route["type"] == RTN_MULTICAST]
+
+
+def test_port_up_of_a_missing_interface_is_a_named_error(namespace):
+    with netlink.route(namespace) as ipr, pytest.raises(EnvironmentProblem, match="nope1"):
+        netlink.port_up(ipr, "nope1", namespace=namespace)
 
 
 def test_setting_a_missing_interface_is_a_named_error(namespace):
