@@ -8,6 +8,7 @@ again, also when an experiment fails or is interrupted.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -71,6 +72,32 @@ def cpu_busy_percent(seconds: float) -> float:
     time.sleep(seconds)
     busy1, total1 = sample()
     return round(100.0 * (busy1 - busy0) / max(total1 - total0, 1), 1)
+
+
+def machine_speed(repeats: int = 5) -> float:
+    """CPU seconds one process spends on a fixed workload (hashing 200 MB, a loop of
+    2 million steps), median of ``repeats``: the machine's own speed, measured beside a
+    timing.
+
+    This machine is a shared VM whose speed drifts on its own: this workload took 0.27 to
+    0.43 CPU-s within minutes, also with nothing of ours running, and every process of a
+    create (the CLI, dockerd, the nodes) slowed by about the same factor at such times
+    (docs/benchmarks.md, session 30). CPU time, not wall time: what other processes
+    running at the same moment take from it is not the machine's speed.
+    """
+    def once() -> float:
+        block = bytes(1 << 20)
+        start = time.process_time()
+        digest = hashlib.sha256()
+        for _ in range(200):
+            digest.update(block)
+        total = 0
+        for i in range(2_000_000):
+            total += i * i
+        return time.process_time() - start
+
+    times = sorted(once() for _ in range(repeats))
+    return round(times[len(times) // 2], 3)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ every GNAB agent's own view of its iPHYs (its state file, read through the host'
 /proc: an iPHY its poll calls down is one it cannot use); then plays a generated
 scenario with `nestednet run --json` and reports the negotiation summary (request ->
 flows latency), the event counts, the agents' view again, and deletes the lab.
+The machine's own speed (nestednet.bench.common.machine_speed) is measured before the
+create and after the delete: on a shared VM it drifts, and the create's time with it.
 Prints JSON. One run per call: repeat it for medians (the machine is shared).
 
     .venv/bin/python scripts/bench/big_run.py [--nodes 120] [--iphys 4] [--lab big]
@@ -26,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nestednet.bench.common import cpu_busy_percent
+from nestednet.bench.common import cpu_busy_percent, machine_speed
 from nestednet.bench.memory import whole_nodes_mb
 from nestednet.errors import EnvironmentProblem
 from nestednet.lab import designs
@@ -90,6 +92,7 @@ def run_lab(args: argparse.Namespace, out: dict, scenario: str) -> None:
               "-o", scenario)
     if done.returncode:
         sys.exit(done.stderr)
+    out["machine_speed_cpu_s"] = {"before": machine_speed()}
     start = time.monotonic()
     done = nn("create", "--lab", args.lab, "--nodes", str(args.nodes), "--iphys",
               str(args.iphys), "--timings")
@@ -126,6 +129,7 @@ def run_lab(args: argparse.Namespace, out: dict, scenario: str) -> None:
         start = time.monotonic()
         nn("delete", "--lab", args.lab)
         out["delete_s"] = round(time.monotonic() - start, 1)
+        out["machine_speed_cpu_s"]["after"] = machine_speed()
         print(json.dumps(out, indent=1), flush=True)
 
 

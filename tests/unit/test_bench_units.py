@@ -379,3 +379,14 @@ def test_idle_cpu_share_is_a_percentage():
     from nestednet.bench.common import cpu_busy_percent
 
     assert 0.0 <= cpu_busy_percent(0.05) <= 100.0
+
+
+def test_machine_speed_is_the_median_of_the_repeats_in_cpu_time(monkeypatch):
+    """The CPU clock, not the wall clock, read around each repeat; the middle one kept."""
+    from nestednet.bench import common
+
+    readings = iter([10.0, 10.5, 20.0, 20.2, 30.0, 30.9])  # repeats of 0.5, 0.2, 0.9 s
+    monkeypatch.setattr(common.time, "process_time", lambda: next(readings))
+    monkeypatch.setattr(common.time, "monotonic",
+                        lambda: pytest.fail("wall clock read"))
+    assert common.machine_speed(repeats=3) == 0.5
