@@ -80,10 +80,10 @@ def machine_speed(repeats: int = 5) -> float:
     timing.
 
     This machine is a shared VM whose speed drifts on its own: this workload took 0.27 to
-    0.43 CPU-s within minutes, also with nothing of ours running, and every process of a
-    create (the CLI, dockerd, the nodes) slowed by about the same factor at such times
-    (docs/benchmarks.md, session 30). CPU time, not wall time: what other processes
-    running at the same moment take from it is not the machine's speed.
+    0.40 CPU-s within minutes with nothing of ours running (1-minute load under 1.5), and
+    a create's processes (the CLI, dockerd, the nodes) all slowed by about the same
+    factor at such times (docs/benchmarks.md, session 30). CPU time, not wall time: what
+    other processes running at the same moment take from it is not the machine's speed.
     """
     def once() -> float:
         block = bytes(1 << 20)
